@@ -1,0 +1,22 @@
+"""Sequence layers with one interface: ``out, state = layer(x, state=None)`` on ``[B, T, d_model]``."""
+
+from __future__ import annotations
+
+from fastweights.layers.base import SequenceLayer
+from fastweights.layers.feedforward import FeedForward
+from fastweights.layers.srwm import SRWMLayer
+
+__all__ = ["FeedForward", "SRWMLayer", "SequenceLayer", "make_sequence_layer", "SEQUENCE_LAYERS"]
+
+SEQUENCE_LAYERS = ("srwm",)
+
+
+def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: float = 0.0) -> SequenceLayer:
+    """Build a sequence layer by name (one of :data:`SEQUENCE_LAYERS`).
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    if name == "srwm":
+        return SRWMLayer(d_model, num_heads, dropout=dropout)
+    raise ValueError(f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {name!r}")

@@ -1,0 +1,55 @@
+"""The one interface every sequence layer follows: ``out, state = layer(x, state=None)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["SequenceLayer", "check_layer_input"]
+
+
+def check_layer_input(x: Tensor, d_model: int) -> None:
+    """Raise ``ValueError`` unless ``x`` is a finite float tensor ``[B, T, d_model]``."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        got = f"shape {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x: expected a tensor of shape [B, T, {d_model}], got {got}")
+    if not x.is_floating_point():
+        raise ValueError(f"x: expected a floating-point dtype, got {x.dtype}")
+
+
+class SequenceLayer(nn.Module):
+    """Base class of the sequence mixers (SRWM, DeltaNet, TTT, attention, LSTM).
+
+    Subclasses implement ``forward(x [B, T, d_model], state=None) -> (out [B, T, d_model], state)``.
+    ``state=None`` starts from the slow weights; the returned state continues the sequence exactly
+    (one call over a concatenation equals two calls with the state carried).
+    """
+
+    d_model: int
+
+    def forward(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def read(self, x: Tensor, state: Any = None) -> Tensor:
+        """Process every position of ``x [B, Q, d_model]`` as an independent one-step continuation
+        of ``state`` and return the outputs ``[B, Q, d_model]``; the state is not changed.
+
+        This is how ACL queries are evaluated (each query is a length-1 call whose updated state is
+        discarded). The default expands the state over the ``Q`` queries; layers whose output does not
+        depend on their own update (SRWM) override it with a cheaper exact form.
+        """
+        check_layer_input(x, self.d_model)
+        b, q, d = x.shape
+        expanded = self.repeat_state(state, q) if state is not None else None
+        out, _ = self(x.reshape(b * q, 1, d), expanded)
+        return out.reshape(b, q, d)
+
+    def repeat_state(self, state: Any, repeats: int) -> Any:
+        """Repeat every batch row of ``state`` ``repeats`` times (row-major: b0, b0, …, b1, …)."""
+        if isinstance(state, Tensor):
+            return torch.repeat_interleave(state, repeats, dim=0)
+        if isinstance(state, (tuple, list)):
+            return type(state)(self.repeat_state(s, repeats) for s in state)
+        raise TypeError(f"state: cannot repeat a state of type {type(state).__name__}")

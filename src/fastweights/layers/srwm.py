@@ -1,0 +1,99 @@
+"""SRWM sublayer (Irie et al., ICML 2022; residual placement and ACL init per ``srwm_acl.md`` §1.4–1.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read
+
+__all__ = ["SRWMLayer", "pack_srwm_blocks"]
+
+
+def pack_srwm_blocks(w_y: Tensor, w_q: Tensor, w_k: Tensor, w_b: Tensor) -> Tensor:
+    """Concatenate the reference's per-block weights (``[..., H, E, E]`` ×3 and ``[..., H, E, 4]``,
+    order y, q, k, beta) into this library's fused ``[..., H, E, 3E+4]`` layout."""
+    return torch.cat([w_y, w_q, w_k, w_b], dim=-1)
+
+
+class SRWMLayer(SequenceLayer):
+    """Self-referential weight matrix sublayer: ``out = LayerNorm(h) + Dropout(W_out · SRWM(h))``.
+
+    The SRWM reads the raw input ``h`` and the LayerNorm sits on the skip branch (the reference's
+    placement, spec §1.4). The state is the fast weights ``[B, H, E, 3E+4]`` (absolute values, not a
+    shift from the slow weights); ``None`` starts from the slow weights ``self.weight``.
+
+    Args:
+        d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
+        num_heads: number of heads ``H``.
+        dropout: dropout on the projected output.
+        use_input_softmax: softmax over each head's ``E`` inputs before the SRWM (off by default;
+            the ACL paper uses the variant without it).
+        init: ``"acl"`` (W_q std ``0.01/sqrt(E)``, others ``1/sqrt(E)``; ACL paper App. A.3) or
+            ``"modern"`` (all blocks std ``1/sqrt(E)``).
+        beta_init: mean of the learning-rate block's initial weights (0 in the scripts).
+
+    Raises:
+        ValueError: if ``d_model`` is not divisible by ``num_heads`` or ``init`` is unknown.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        use_input_softmax: bool = False,
+        init: str = "acl",
+        beta_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
+        if init not in ("acl", "modern"):
+            raise ValueError(f"init: expected 'acl' or 'modern', got {init!r}")
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.use_input_softmax = use_input_softmax
+        e = self.head_dim
+        self.weight = nn.Parameter(torch.empty(num_heads, e, srwm_num_columns(e)))
+        self.out_linear = nn.Linear(d_model, d_model, bias=False)
+        self.layer_norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.init, self.beta_init = init, beta_init
+        self.reset_srwm_parameters()
+
+    def reset_srwm_parameters(self) -> None:
+        """Draw the slow weights with the ACL (or modern-srwm) initialisation, spec §1.5."""
+        e = self.head_dim
+        std = 1.0 / math.sqrt(e)
+        q_std = std * (0.01 if self.init == "acl" else 1.0)
+        with torch.no_grad():
+            nn.init.normal_(self.weight, 0.0, std)
+            self.weight[..., e : 2 * e].normal_(0.0, q_std)
+            self.weight[..., 3 * e :].normal_(self.beta_init, std)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        h = x.reshape(b, t, self.num_heads, self.head_dim)
+        return torch.softmax(h, dim=-1) if self.use_input_softmax else h
+
+    def _output(self, x: Tensor, y: Tensor) -> Tensor:
+        b, t = y.shape[:2]
+        return self.layer_norm(x) + self.dropout(self.out_linear(y.reshape(b, t, self.d_model)))
+
+    def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, 3E+4])``."""
+        check_layer_input(x, self.d_model)
+        y, new_state = srwm(
+            self._heads(x), self.weight.to(x.dtype), initial_state=state, output_final_state=True
+        )
+        return self._output(x, y), new_state
+
+    def read(self, x: Tensor, state: Tensor | None = None) -> Tensor:
+        """Independent one-step reads ``[B, Q, D]`` from ``state`` (exact; see ``ops.srwm_read``)."""
+        check_layer_input(x, self.d_model)
+        y = srwm_read(self._heads(x), self.weight.to(x.dtype), state=state)
+        return self._output(x, y)

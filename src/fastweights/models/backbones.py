@@ -1,0 +1,66 @@
+"""Vision backbones for in-context image classification (spec ``srwm_acl.md`` §2.2)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+__all__ = ["Conv4"]
+
+
+def _norm(kind: str, channels: int) -> nn.Module:
+    if kind == "instance":
+        return nn.InstanceNorm2d(channels, affine=True)
+    if kind == "batch":
+        return nn.BatchNorm2d(channels)
+    if kind == "none":
+        return nn.Identity()
+    raise ValueError(f"norm: expected 'instance', 'batch' or 'none', got {kind!r}")
+
+
+class Conv4(nn.Module):
+    """Conv-4: 4 × [Conv3×3(pad 1) → Norm → MaxPool 2 → Dropout → ReLU], then flatten (C, H, W).
+
+    The ACL paper uses InstanceNorm with affine parameters (it generalises better than BatchNorm for
+    continual learning; ACL App. A.2). ``pool_before_norm=True`` swaps pool and norm, which normalises
+    4× fewer pixels (a CPU speed option; not the reference order).
+
+    Args:
+        in_channels: image channels (1 for the grayscale datasets shipped here, 3 for RGB).
+        channels: feature maps per conv (32 in the ACL model).
+        image_size: input height = width; must be divisible by 16.
+        norm: ``"instance"`` (default), ``"batch"`` or ``"none"``.
+        dropout: dropout rate after each pool (the reference's ``vision_dropout``).
+
+    Input ``[N, in_channels, S, S]`` float; output ``[N, channels * (S/16)²]`` (``feature_dim``).
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 1,
+        channels: int = 32,
+        *,
+        image_size: int = 32,
+        norm: str = "instance",
+        dropout: float = 0.0,
+        pool_before_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        if image_size % 16 != 0:
+            raise ValueError(f"image_size: expected a multiple of 16, got {image_size}")
+        blocks = []
+        for i in range(4):
+            conv = nn.Conv2d(in_channels if i == 0 else channels, channels, 3, padding=1)
+            pool, nrm = nn.MaxPool2d(2), _norm(norm, channels)
+            order = [conv, pool, nrm] if pool_before_norm else [conv, nrm, pool]
+            blocks.append(nn.Sequential(*order, nn.Dropout(dropout), nn.ReLU()))
+        self.blocks = nn.Sequential(*blocks)
+        self.in_channels, self.image_size = in_channels, image_size
+        self.feature_dim = channels * (image_size // 16) ** 2
+
+    def forward(self, images: Tensor) -> Tensor:
+        if images.dim() != 4 or images.shape[1:] != (self.in_channels, self.image_size, self.image_size):
+            raise ValueError(
+                f"images: expected shape [N, {self.in_channels}, {self.image_size}, {self.image_size}], "
+                f"got {list(images.shape)}"
+            )
+        return self.blocks(images).flatten(1)

@@ -1,0 +1,116 @@
+"""In-context classifier: backbone features + label token → sequence layers → class logits.
+
+Architecture of the SRWM/ACL models (Irie et al. 2022 §4; ACL paper §3; spec ``srwm_acl.md`` §2.1,
+§2.3): ``u_t = Linear([features(x_t); onehot(y_t)])`` over ``N + 1`` label entries (index ``N`` is the
+"unknown" label of queries), then ``L × [sequence layer, pre-LN feed-forward]``, then ``Linear(D → N)``
+at every position. Stateful: the fast weights after one call continue in the next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fastweights.layers import FeedForward, make_sequence_layer
+
+__all__ = ["InContextClassifier"]
+
+State = tuple[Any, ...]
+
+
+class InContextClassifier(nn.Module):
+    """Stateful in-context learner over (image, label) sequences.
+
+    Args:
+        backbone: module mapping ``[N, C, S, S]`` images to ``[N, F]`` features; must expose
+            ``feature_dim``.
+        num_classes: number of output classes ``N``; labels are in ``0..N-1`` and ``N`` = unknown.
+        d_model, num_layers, num_heads, d_ff, dropout: the sequence part (ACL: 256, 2, 16, 512, 0.1).
+        sequence_layer: name accepted by ``fastweights.layers.make_sequence_layer`` (default "srwm").
+
+    Call ``logits, state = model(images [B, T, C, S, S], labels [B, T] int64, state=None)``.
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        num_classes: int,
+        *,
+        d_model: int = 256,
+        num_layers: int = 2,
+        num_heads: int = 16,
+        d_ff: int = 512,
+        dropout: float = 0.0,
+        sequence_layer: str = "srwm",
+    ) -> None:
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
+        self.backbone, self.num_classes = backbone, num_classes
+        self.input_proj = nn.Linear(backbone.feature_dim + num_classes + 1, d_model)
+        self.seq_layers = nn.ModuleList(
+            make_sequence_layer(sequence_layer, d_model, num_heads, dropout=dropout) for _ in range(num_layers)
+        )
+        self.ff_layers = nn.ModuleList(FeedForward(d_model, d_ff, dropout) for _ in range(num_layers))
+        self.out_layer = nn.Linear(d_model, num_classes)
+
+    @property
+    def unknown_label(self) -> int:
+        """Label index fed with queries (the "unknown" token ∅ of the ACL paper)."""
+        return self.num_classes
+
+    def embed(self, images: Tensor) -> Tensor:
+        """Backbone features of ``images [..., C, S, S]`` → ``[..., F]`` (one backbone call)."""
+        lead = images.shape[:-3]
+        return self.backbone(images.reshape(-1, *images.shape[-3:])).reshape(*lead, -1)
+
+    def _inputs(self, features: Tensor, labels: Tensor) -> Tensor:
+        if labels.dtype not in (torch.int64, torch.int32) or labels.shape != features.shape[:2]:
+            raise ValueError(
+                f"labels: expected an integer tensor of shape {list(features.shape[:2])}, "
+                f"got {labels.dtype} {list(labels.shape)}"
+            )
+        if labels.numel() and (labels.min() < 0 or labels.max() > self.num_classes):
+            raise ValueError(
+                f"labels: expected values in [0, {self.num_classes}] ({self.num_classes} = unknown), "
+                f"got range [{int(labels.min())}, {int(labels.max())}]"
+            )
+        onehot = nn.functional.one_hot(labels.long(), self.num_classes + 1).to(features.dtype)
+        return self.input_proj(torch.cat([features, onehot], dim=-1))
+
+    def forward_features(
+        self, features: Tensor, labels: Tensor, state: State | None = None
+    ) -> tuple[Tensor, State]:
+        """Sequence part on precomputed features ``[B, T, F]`` → ``(logits [B, T, N], state)``."""
+        h = self._inputs(features, labels)
+        states = state if state is not None else (None,) * len(self.seq_layers)
+        new_states = []
+        for seq, ff, s in zip(self.seq_layers, self.ff_layers, states, strict=True):
+            h, s = seq(h, s)
+            h = ff(h)
+            new_states.append(s)
+        return self.out_layer(h), tuple(new_states)
+
+    def query_features(self, features: Tensor, state: State | None = None) -> Tensor:
+        """Logits ``[B, Q, N]`` of ``Q`` independent queries (unknown label), each a one-step call
+        from ``state`` whose own update is discarded (ACL query semantics, spec §4.2)."""
+        labels = torch.full(features.shape[:2], self.unknown_label, dtype=torch.long, device=features.device)
+        h = self._inputs(features, labels)
+        states = state if state is not None else (None,) * len(self.seq_layers)
+        for seq, ff, s in zip(self.seq_layers, self.ff_layers, states, strict=True):
+            h = ff(seq.read(h, s))
+        return self.out_layer(h)
+
+    def forward(self, images: Tensor, labels: Tensor, state: State | None = None) -> tuple[Tensor, State]:
+        """``images [B, T, C, S, S]``, ``labels [B, T]`` → ``(logits [B, T, N], state)``."""
+        if images.dim() != 5:
+            raise ValueError(f"images: expected a 5-D tensor [B, T, C, S, S], got shape {list(images.shape)}")
+        return self.forward_features(self.embed(images), labels, state)
+
+    def query(self, images: Tensor, state: State | None = None) -> Tensor:
+        """``images [B, Q, C, S, S]`` → logits ``[B, Q, N]`` of independent queries from ``state``."""
+        if images.dim() != 5:
+            raise ValueError(f"images: expected a 5-D tensor [B, Q, C, S, S], got shape {list(images.shape)}")
+        return self.query_features(self.embed(images), state)

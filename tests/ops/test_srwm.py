@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastweights.layers.srwm import pack_srwm_blocks
+from fastweights.ops import srwm, srwm_read, srwm_reference
+from tests.conftest import load_golden
+
+OPS = [srwm, srwm_reference]
+
+
+def _random_case(b=2, t=5, h=3, e=4, dtype=torch.float64, state=False):
+    x = torch.randn(b, t, h, e, dtype=dtype)
+    w = torch.randn(h, e, 3 * e + 4, dtype=dtype) / e**0.5
+    s = torch.randn(b, h, e, 3 * e + 4, dtype=dtype) / e**0.5 if state else None
+    return x, w, s
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_worked_example_key_row_moves_towards_query_row(op):
+    # E = 2; x = e1 selects row 0 of every block. Key logits [20, -20] -> k ~ e1, query ~ e2,
+    # beta logits 0 -> eta = 0.5. Column 0 of W^y is [1, 3]: the keyed entry moves halfway to the
+    # queried one, giving [2, 3]; the output of step 1 is read before the update.
+    e = 2
+    w = torch.zeros(1, e, 3 * e + 4, dtype=torch.float64)
+    w[0, :, 0] = torch.tensor([1.0, 3.0])
+    w[0, 0, e : 2 * e] = torch.tensor([-20.0, 20.0])  # query logits
+    w[0, 0, 2 * e : 3 * e] = torch.tensor([20.0, -20.0])  # key logits
+    x = torch.tensor([1.0, 0.0], dtype=torch.float64).reshape(1, 1, 1, e).repeat(1, 2, 1, 1)
+    y, state = op(x, w, output_final_state=True)
+    assert y[0, 0, 0, 0].item() == pytest.approx(1.0)
+    assert y[0, 1, 0, 0].item() == pytest.approx(2.0, abs=1e-8)
+    # two updates: [1,3] -> [2,3] -> [2.5,3]
+    assert state[0, 0, :, 0].tolist() == pytest.approx([2.5, 3.0], abs=1e-8)
+    y1, state1 = op(x[:, :1], w, output_final_state=True)
+    assert state1[0, 0, :, 0].tolist() == pytest.approx([2.0, 3.0], abs=1e-8)
+
+
+@pytest.mark.parametrize("t", [1, 2, 7, 16, 17])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_fused_equals_reference_fp64(t, with_state):
+    x, w, s = _random_case(t=t, state=with_state)
+    tensors = [x, s] if with_state else [x, w]  # with a state, the slow weights are not read
+    for z in tensors:
+        z.requires_grad_(True)
+    gy = torch.randn(x.shape, dtype=x.dtype)
+    gs = torch.randn(2, 3, 4, 16, dtype=x.dtype)
+    results = []
+    for op in OPS:
+        y, fs = op(x, w, initial_state=s, output_final_state=True)
+        grads = torch.autograd.grad((y * gy).sum() + (fs * gs).sum(), tensors)
+        results.append((y, fs, grads))
+    (y0, s0, g0), (y1, s1, g1) = results
+    torch.testing.assert_close(y0, y1, rtol=0, atol=1e-12)
+    torch.testing.assert_close(s0, s1, rtol=0, atol=1e-12)
+    for a, b in zip(g0, g1, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("split", [1, 3, 6])
+def test_carried_state_equals_one_call(op, split):
+    x, w, s = _random_case(t=7, state=True)
+    for z in (x, s):
+        z.requires_grad_(True)
+    gy = torch.randn(x.shape, dtype=x.dtype)
+    y, fs = op(x, w, initial_state=s, output_final_state=True)
+    loss_one = (y * gy).sum() + fs.square().sum()
+    y_a, s_a = op(x[:, :split], w, initial_state=s, output_final_state=True)
+    y_b, s_b = op(x[:, split:], w, initial_state=s_a, output_final_state=True)
+    y2 = torch.cat([y_a, y_b], dim=1)
+    loss_two = (y2 * gy).sum() + s_b.square().sum()
+    torch.testing.assert_close(y, y2, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fs, s_b, rtol=0, atol=1e-12)
+    g1 = torch.autograd.grad(loss_one, (x, s))
+    g2 = torch.autograd.grad(loss_two, (x, s))
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_gradcheck_tiny_fp64(op):
+    x, w, s = _random_case(b=1, t=3, h=2, e=2, state=True)
+    for z in (x, w, s):
+        z.requires_grad_(True)
+
+    def fn(x, w, s):
+        y, fs = op(x, w, initial_state=s, output_final_state=True)
+        return y, fs
+
+    assert torch.autograd.gradcheck(fn, (x, w, s), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["L1", "L7", "L40"])
+@pytest.mark.parametrize("op", OPS)
+def test_golden_recurrence(name, op):
+    case = load_golden("srwm/recurrence.pt")["cases"][name]
+    blocks = ("W_y", "W_q", "W_k", "w_b")
+    x = case["x"].permute(0, 2, 1, 3).contiguous().requires_grad_(True)  # [B, H, L, E] -> [B, L, H, E]
+    w0 = pack_srwm_blocks(*(case["W0"][k] for k in blocks)).requires_grad_(True)
+    e = x.shape[-1]
+    weight = torch.zeros(x.shape[2], e, 3 * e + 4, dtype=x.dtype)  # unused: initial_state given
+    y, fs = op(x, weight, initial_state=w0, output_final_state=True)
+    torch.testing.assert_close(y.permute(0, 2, 1, 3), case["y"], rtol=0, atol=1e-10)
+    torch.testing.assert_close(fs, pack_srwm_blocks(*(case["W_final"][k] for k in blocks)), rtol=0, atol=1e-10)
+    gw = pack_srwm_blocks(*(case["grad_W_final_weight"][k] for k in blocks))
+    loss = (y.permute(0, 2, 1, 3) * case["grad_y_weight"]).sum() + (fs * gw).sum()
+    torch.testing.assert_close(loss, case["loss"], rtol=1e-12, atol=1e-10)
+    gx, gw0 = torch.autograd.grad(loss, (x, w0))
+    torch.testing.assert_close(gx.permute(0, 2, 1, 3), case["grad_x"], rtol=0, atol=1e-10)
+    torch.testing.assert_close(gw0, pack_srwm_blocks(*(case["grad_W0"][k] for k in blocks)), rtol=0, atol=1e-10)
+
+
+def test_golden_recurrence_fp32():
+    case = load_golden("srwm/recurrence.pt")["cases"]["L40"]
+    blocks = ("W_y", "W_q", "W_k", "w_b")
+    x = case["x"].permute(0, 2, 1, 3).float()
+    w0 = pack_srwm_blocks(*(case["W0"][k] for k in blocks)).float()
+    y, fs = srwm(x, torch.zeros(4, 8, 28), initial_state=w0, output_final_state=True)
+    torch.testing.assert_close(y.permute(0, 2, 1, 3).double(), case["y"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_read_equals_independent_one_step_calls(with_state):
+    x, w, s = _random_case(t=6, state=with_state)
+    y = srwm_read(x, w, state=s)
+    for q in range(x.shape[1]):
+        y_q, _ = srwm_reference(x[:, q : q + 1], w, initial_state=s)
+        torch.testing.assert_close(y[:, q], y_q[:, 0], rtol=0, atol=1e-12)
+
+
+def test_output_is_read_before_update_and_last_step_updates_state():
+    x, w, _ = _random_case(t=1)
+    y, fs = srwm(x, w, output_final_state=True)
+    torch.testing.assert_close(y[:, 0], torch.einsum("bhe,hem->bhm", x[:, 0], w[..., :4]))
+    assert not torch.allclose(fs, w.expand_as(fs))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_bad_inputs_raise_value_error_naming_argument(op):
+    x, w, s = _random_case(state=True)
+    with pytest.raises(ValueError, match="x: expected a 4-D"):
+        op(x[0], w)
+    with pytest.raises(ValueError, match="weight: expected shape"):
+        op(x, w[..., :-1])
+    with pytest.raises(ValueError, match="weight: expected dtype"):
+        op(x, w.float())
+    with pytest.raises(ValueError, match="initial_state: expected shape"):
+        op(x, w, initial_state=s[:1])
+    with pytest.raises(ValueError, match="x: expected a floating-point"):
+        op(x.long(), w)
