@@ -104,3 +104,27 @@ def test_conv4_shapes(norm, pool_before_norm):
     assert net(torch.randn(3, 1, 32, 32)).shape == (3, 128) and net.feature_dim == 128
     with pytest.raises(ValueError, match="image_size"):
         Conv4(image_size=30)
+
+
+def test_online_predictions_equal_queries_from_intermediate_states():
+    model = _tiny_model().double().eval()
+    x = torch.randn(2, 6, 1, 16, 16, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 6))
+    feats = model.embed(x)
+    logits, online, state = model.forward_features_online(feats, y)
+    ref_logits, ref_state = model.forward_features(feats, y)
+    torch.testing.assert_close(logits, ref_logits)
+    for a, b in zip(state, ref_state, strict=True):
+        torch.testing.assert_close(a, b)
+    for t in range(6):
+        st = model.forward_features(feats[:, :t], y[:, :t])[1] if t else None
+        torch.testing.assert_close(online[:, t], model.query_features(feats[:, t : t + 1], st)[:, 0])
+    # the generic (step-by-step) implementation of the base class agrees with the fused SRWM one
+    from fastweights.layers.base import SequenceLayer
+
+    layer = model.seq_layers[0]
+    h, h_read = torch.randn(2, 5, 12, dtype=torch.float64), torch.randn(2, 5, 12, dtype=torch.float64)
+    fused = layer.forward_with_reads(h, h_read)
+    generic = SequenceLayer.forward_with_reads(layer, h, h_read)
+    for a, b in zip(fused, generic, strict=True):
+        torch.testing.assert_close(a, b)

@@ -150,3 +150,21 @@ def test_bad_inputs_raise_value_error_naming_argument(op):
         op(x, w, initial_state=s[:1])
     with pytest.raises(ValueError, match="x: expected a floating-point"):
         op(x.long(), w)
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_with_reads_equals_reads_of_intermediate_states(with_state):
+    from fastweights.ops.srwm import srwm_with_reads
+
+    x, w, s = _random_case(t=6, state=with_state)
+    x_read = torch.randn_like(x)
+    y, y_read, fs = srwm_with_reads(x, x_read, w, initial_state=s)
+    y_ref, fs_ref = srwm_reference(x, w, initial_state=s, output_final_state=True)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fs, fs_ref, rtol=0, atol=1e-12)
+    for t in range(x.shape[1]):
+        _, st = srwm_reference(x[:, :t], w, initial_state=s, output_final_state=True) if t else (None, s)
+        expected, _ = srwm_reference(x_read[:, t : t + 1], w, initial_state=st)
+        torch.testing.assert_close(y_read[:, t], expected[:, 0], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="x_read: expected shape"):
+        srwm_with_reads(x, x_read[:, :2], w)

@@ -46,6 +46,22 @@ class SequenceLayer(nn.Module):
         out, _ = self(x.reshape(b * q, 1, d), expanded)
         return out.reshape(b, q, d)
 
+    def forward_with_reads(self, x: Tensor, x_read: Tensor, state: Any = None) -> tuple[Tensor, Tensor, Any]:
+        """``forward`` over ``x`` plus, at every step ``t``, an independent one-step read of
+        ``x_read[:, t]`` from the state reached after ``x[:, :t]`` (its own update discarded).
+
+        Returns ``(out [B, T, d_model], out_read [B, T, d_model], final state)``. The default runs the
+        sequence one step at a time; layers with a cheaper exact form (SRWM) override it.
+        """
+        check_layer_input(x, self.d_model)
+        check_layer_input(x_read, self.d_model)
+        outs, reads = [], []
+        for t in range(x.shape[1]):
+            reads.append(self.read(x_read[:, t : t + 1], state))
+            out, state = self(x[:, t : t + 1], state)
+            outs.append(out)
+        return torch.cat(outs, dim=1), torch.cat(reads, dim=1), state
+
     def repeat_state(self, state: Any, repeats: int) -> Any:
         """Repeat every batch row of ``state`` ``repeats`` times (row-major: b0, b0, …, b1, …)."""
         if isinstance(state, Tensor):

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.layers.base import SequenceLayer, check_layer_input
-from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read
+from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_with_reads
 
 __all__ = ["SRWMLayer", "pack_srwm_blocks"]
 
@@ -97,3 +97,14 @@ class SRWMLayer(SequenceLayer):
         check_layer_input(x, self.d_model)
         y = srwm_read(self._heads(x), self.weight.to(x.dtype), state=state)
         return self._output(x, y)
+
+    def forward_with_reads(
+        self, x: Tensor, x_read: Tensor, state: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Exact fused form of :meth:`SequenceLayer.forward_with_reads` (``ops.srwm_with_reads``)."""
+        check_layer_input(x, self.d_model)
+        check_layer_input(x_read, self.d_model)
+        y, y_read, new_state = srwm_with_reads(
+            self._heads(x), self._heads(x_read), self.weight.to(x.dtype), initial_state=state
+        )
+        return self._output(x, y), self._output(x_read, y_read), new_state

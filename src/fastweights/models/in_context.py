@@ -93,6 +93,25 @@ class InContextClassifier(nn.Module):
             new_states.append(s)
         return self.out_layer(h), tuple(new_states)
 
+    def forward_features_online(
+        self, features: Tensor, labels: Tensor, state: State | None = None
+    ) -> tuple[Tensor, Tensor, State]:
+        """Like :meth:`forward_features`, plus *online* predictions: ``online[:, t]`` are the logits
+        for image ``t`` fed with the unknown label from the state after demonstrations ``0..t-1`` —
+        the prediction of each demonstration's label before it is revealed.
+
+        Returns ``(logits [B, T, N], online [B, T, N], state)``.
+        """
+        h = self._inputs(features, labels)
+        h_read = self._inputs(features, torch.full_like(labels, self.unknown_label))
+        states = state if state is not None else (None,) * len(self.seq_layers)
+        new_states = []
+        for seq, ff, s in zip(self.seq_layers, self.ff_layers, states, strict=True):
+            h, h_read, s = seq.forward_with_reads(h, h_read, s)
+            h, h_read = ff(h), ff(h_read)
+            new_states.append(s)
+        return self.out_layer(h), self.out_layer(h_read), tuple(new_states)
+
     def query_features(self, features: Tensor, state: State | None = None) -> Tensor:
         """Logits ``[B, Q, N]`` of ``Q`` independent queries (unknown label), each a one-step call
         from ``state`` whose own update is discarded (ACL query semantics, spec §4.2)."""

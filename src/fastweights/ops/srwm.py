@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["srwm", "srwm_reference", "srwm_read", "srwm_num_columns", "check_srwm_inputs"]
+__all__ = ["srwm", "srwm_reference", "srwm_read", "srwm_with_reads", "srwm_num_columns", "check_srwm_inputs"]
 
 
 def srwm_num_columns(head_dim: int) -> int:
@@ -145,14 +145,52 @@ def srwm(
         ``(y [B, T, H, E], state [B, H, E, 3E+4] or None)``.
     """
     check_srwm_inputs(x, weight, initial_state)
+    y, _, w = _fused_loop(x, None, _initial_weights(x, weight, initial_state))
+    return y, (w if output_final_state else None)
+
+
+def srwm_with_reads(
+    x: Tensor,
+    x_read: Tensor,
+    weight: Tensor,
+    *,
+    initial_state: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`srwm` plus a read-only input stream: ``y_read_t = x_read_t W^y_{t-1}``.
+
+    ``y_read_t`` is what a one-step call with input ``x_read_t`` would output from the state reached
+    after steps ``1..t-1`` (its own update discarded) — e.g. predicting the label of demonstration
+    ``t`` before it is revealed. Costs one extra ``[E, E]`` matmul per step.
+
+    Args:
+        x: ``[B, T, H, E]`` the sequence that updates the fast weights.
+        x_read: ``[B, T, H, E]`` inputs read (not written) at every step.
+        weight, initial_state: as for :func:`srwm`.
+
+    Returns:
+        ``(y [B, T, H, E], y_read [B, T, H, E], final state [B, H, E, 3E+4])``.
+
+    Raises:
+        ValueError: on bad shapes/dtypes, or if ``x_read`` does not match ``x``.
+    """
+    check_srwm_inputs(x, weight, initial_state)
+    if not isinstance(x_read, Tensor) or x_read.shape != x.shape or x_read.dtype != x.dtype:
+        raise ValueError(f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {_describe(x_read)}")
+    y, y_read, w = _fused_loop(x, x_read, _initial_weights(x, weight, initial_state))
+    assert y_read is not None
+    return y, y_read, w
+
+
+def _fused_loop(x: Tensor, x_read: Tensor | None, w: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
     e = x.shape[-1]
-    w = _initial_weights(x, weight, initial_state)
     # column -> index of the learning rate that scales it: y->0, q->1, k->2, beta->3
     rate_index = torch.repeat_interleave(
         torch.arange(4, device=x.device), torch.tensor([e, e, e, 4], device=x.device)
     )
-    outputs = []
+    outputs, reads = [], []
     for t in range(x.shape[1]):
+        if x_read is not None:
+            reads.append(torch.matmul(x_read[:, t].unsqueeze(-2), w[..., :e]).squeeze(-2))
         proj = torch.matmul(x[:, t].unsqueeze(-2), w).squeeze(-2)  # [B, H, 3E+4]
         outputs.append(proj[..., :e])
         q = torch.softmax(proj[..., e : 2 * e], dim=-1)
@@ -160,8 +198,8 @@ def srwm(
         beta = torch.sigmoid(proj[..., 3 * e :])
         diff = torch.matmul((q - k).unsqueeze(-2), w)  # [B, H, 1, 3E+4]
         w = w + k.unsqueeze(-1) * (diff * beta[..., rate_index].unsqueeze(-2))
-    y = torch.stack(outputs, dim=1)
-    return y, (w if output_final_state else None)
+    y_read = torch.stack(reads, dim=1) if x_read is not None else None
+    return torch.stack(outputs, dim=1), y_read, w
 
 
 def srwm_read(x: Tensor, weight: Tensor, *, state: Tensor | None = None) -> Tensor:

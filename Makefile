@@ -1,0 +1,21 @@
+# The two commands of the README: `make demo` (main job) and `make test` (test suite).
+VENV ?= .venv
+RUN_DIR ?= runs/acl-quick
+
+.PHONY: setup demo test lint
+
+$(VENV)/.installed: requirements.txt pyproject.toml scripts/setup.sh
+	VENV=$(VENV) bash scripts/setup.sh
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/fastweights acl train --preset quick --run-dir $(RUN_DIR) --resume --eval
+	@echo "Report: $(RUN_DIR)/report.md"
+
+test: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One-time setup on a fresh machine: Debian data/font packages (when root with apt), a virtualenv with
+# pinned dependencies, and the package itself (editable). Safe to re-run.
+#   VENV=path            virtualenv folder (default .venv)
+#   FASTWEIGHTS_KEEP_TORCH=1   keep the torch already in the venv (GPU users: install CUDA torch first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PACKAGES="dataset-fashion-mnist fonts-noto-core"
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  missing=""
+  for p in $PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  if [ -n "$missing" ]; then
+    echo "setup: installing Debian packages:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+  fi
+else
+  echo "setup: not root or no apt-get: skipping Debian packages ($PACKAGES)."
+  echo "       Without them Split-FashionMNIST is skipped and FontGlyphs uses matplotlib's fonts only."
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+if [ "${FASTWEIGHTS_KEEP_TORCH:-0}" = 1 ]; then
+  grep -v '^torch==' requirements.txt > "$VENV/requirements-no-torch.txt"
+  "$VENV/bin/pip" install -q -r "$VENV/requirements-no-torch.txt"
+else
+  "$VENV/bin/pip" install -q -r requirements.txt
+fi
+"$VENV/bin/pip" install -q --no-deps -e .
+touch "$VENV/.installed"
+echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,0 +1,165 @@
+"""Evaluation protocols for in-context continual learners.
+
+- :func:`evaluate_task_pairs`: few-shot accuracy and the in-context forgetting table of the ACL paper
+  (§4.1; spec ``srwm_acl.md`` §5.3, query-only measure): for each pair of held-out tasks (A, B),
+  acc(A|A), acc(B|A→B), acc(A|A→B), and the same with the order reversed.
+- :func:`evaluate_split_benchmark`: 5-task split benchmarks (Split-MNIST style; spec §5.5,
+  ``ecosystem_data_metrics.md`` §2): the accuracy matrix ``R[i, j]`` (task ``j`` after learning
+  ``0..i`` in context) over several demonstration draws, with ACC / BWT / forgetting.
+
+All queries are independent reads from the state after the demonstrations (see
+``InContextClassifier.query_features``); the model is put in eval mode and no gradients are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from fastweights.cl.metrics import mean_ci95, summarize_runs
+from fastweights.cl.objective import embed_tasks, sequence_query_logits, to_model_images
+from fastweights.data.episodes import EpisodeSampler
+from fastweights.data.sources.base import SplitDataset
+from fastweights.data.streams import split_benchmark
+from fastweights.models.in_context import InContextClassifier
+
+__all__ = ["evaluate_task_pairs", "evaluate_split_benchmark", "FORGETTING_KEYS"]
+
+FORGETTING_KEYS = ("A|A", "B|A->B", "A|A->B", "B|B", "A|B->A", "B|B->A")
+
+
+@torch.no_grad()
+def evaluate_task_pairs(
+    model: InContextClassifier,
+    sampler: EpisodeSampler,
+    *,
+    episodes: int,
+    n_way: int,
+    k_shot: int,
+    n_query: int = 1,
+    batch_size: int = 50,
+    seed: int = 0,
+    reverse: bool = True,
+    device: torch.device | str = "cpu",
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """Per-episode accuracies of two-task sequences (A then B, and B then A when ``reverse``).
+
+    Each episode draws two ``n_way``-way ``k_shot``-shot tasks with disjoint classes from
+    ``sampler``'s pool, with ``n_query`` queries per class. Episodes are reproducible for ``seed``.
+
+    Returns:
+        ``{key: float64 [episodes]}`` for the keys of :data:`FORGETTING_KEYS` (first three only when
+        ``reverse`` is False); ``"A|A"`` is the plain few-shot accuracy.
+    """
+    if episodes < 1 or batch_size < 1:
+        raise ValueError(f"episodes, batch_size: expected >= 1, got {episodes}, {batch_size}")
+    was_training = model.training
+    model.eval()
+    rng = np.random.default_rng(seed)
+    mean, std = sampler.pool.mean, sampler.pool.std
+    out: dict[str, list[np.ndarray]] = {k: [] for k in FORGETTING_KEYS[: 6 if reverse else 3]}
+    done = 0
+    while done < episodes:
+        b = min(batch_size, episodes - done)
+        batches = sampler.sample(rng, batch_size=b, num_tasks=2, n_way=n_way, k_shot=k_shot, n_query=n_query)
+        a, bb = embed_tasks(model, batches, mean, std, device)
+        orders = [((a, bb), ("A|A", "B|A->B", "A|A->B"))]
+        if reverse:
+            orders.append(((bb, a), ("B|B", "A|B->A", "B|B->A")))
+        for tasks, (k00, k11, k10) in orders:
+            logits, _ = sequence_query_logits(model, list(tasks), backward=True)
+            for key, (i, j) in ((k00, (0, 0)), (k11, (1, 1)), (k10, (1, 0))):
+                correct = logits[(i, j)].argmax(-1) == tasks[j].query_labels
+                out[key].append(correct.float().mean(dim=1).cpu().numpy().astype(np.float64))
+        done += b
+        if progress is not None:
+            progress(b)
+    model.train(was_training)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """``{key: {"mean", "ci95"}}`` with the 95% CI ``1.96·std/sqrt(n)`` over episodes."""
+    table = {}
+    for key, values in accs.items():
+        m, ci = mean_ci95(values)
+        table[key] = {"mean": m, "ci95": ci}
+    return table
+
+
+@torch.no_grad()
+def _features(model: InContextClassifier, images: np.ndarray, mean: float, std: float, device, batch: int = 1000):
+    chunks = [
+        model.embed(to_model_images(images[i : i + batch], mean, std, device)) for i in range(0, len(images), batch)
+    ]
+    return torch.cat(chunks, dim=0)
+
+
+@torch.no_grad()
+def evaluate_split_benchmark(
+    model: InContextClassifier,
+    dataset: SplitDataset,
+    *,
+    k_shot: int,
+    runs: int,
+    scenario: str = "domain",
+    device: torch.device | str = "cpu",
+    query_batch: int = 2048,
+) -> dict:
+    """Split benchmark (tasks = class pairs (0,1), (2,3), …) learned in context, one task after another.
+
+    For run ``r`` the demonstrations are the ``r``-th block of ``k_shot`` training images per class
+    (shot-major order); queries are all test images of a task. ``R[i, j]`` is measured for every
+    ``i, j`` (including ``j > i``, i.e. tasks not yet seen). Domain-incremental: labels {0, 1} and the
+    first 2 logits; class-incremental: original class labels and the first ``2 * #tasks`` logits, with
+    as many tasks as the model's outputs allow (``num_classes // 2``; the 5-way ACL model gets the
+    2-task variant of spec §5.5).
+
+    Returns:
+        :func:`fastweights.cl.metrics.summarize_runs` of the ``runs`` matrices, plus ``task_names``,
+        ``k_shot``, ``scenario`` and ``chance``.
+
+    Raises:
+        ValueError: for an unknown ``scenario`` or a model with too few outputs.
+    """
+    if scenario not in ("domain", "class"):
+        raise ValueError(f"scenario: expected 'domain' or 'class', got {scenario!r}")
+    was_training = model.training
+    model.eval()
+    groups = tuple((c, c + 1) for c in range(0, dataset.num_classes - 1, 2))
+    if scenario == "class":
+        groups = groups[: model.num_classes // 2]
+    n_out = 2 if scenario == "domain" else 2 * len(groups)
+    if len(groups) < 2 or n_out > model.num_classes:
+        raise ValueError(
+            f"scenario: {scenario!r} needs >= 2 tasks and {n_out} outputs; the model has {model.num_classes}"
+        )
+    matrices, names = [], []
+    query_feats: list[torch.Tensor] | None = None
+    for r in range(runs):
+        tasks = split_benchmark(dataset, k_shot=k_shot, run=r, scenario=scenario, class_groups=groups)
+        names = [t.name for t in tasks]
+        if query_feats is None:  # the queries are the same test images in every run
+            query_feats = [_features(model, t.query_images, dataset.mean, dataset.std, device) for t in tasks]
+        support = _features(model, np.concatenate([t.support_images for t in tasks]), dataset.mean, dataset.std, device)
+        support = torch.split(support, [len(t.support_images) for t in tasks])
+        R = np.zeros((len(tasks), len(tasks)))
+        state = None
+        for i, task in enumerate(tasks):
+            labels = torch.from_numpy(task.support_labels).to(device=device, dtype=torch.long)
+            _, state = model.forward_features(support[i].unsqueeze(0), labels.unsqueeze(0), state)
+            for j, t in enumerate(tasks):
+                target = torch.from_numpy(t.query_labels).to(device)
+                correct = 0
+                for s in range(0, len(target), query_batch):
+                    logits = model.query_features(query_feats[j][s : s + query_batch].unsqueeze(0), state)[0]
+                    correct += (logits[:, :n_out].argmax(-1) == target[s : s + query_batch]).sum().item()
+                R[i, j] = correct / len(target)
+        matrices.append(R)
+    model.train(was_training)
+    summary = summarize_runs(matrices)
+    summary.update(task_names=names, k_shot=k_shot, scenario=scenario, chance=1.0 / n_out)
+    return summary

@@ -1,0 +1,61 @@
+"""Command line: ``fastweights <recipe> <train|eval> …``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fastweights", description="Learned learning algorithms: recipes.")
+    recipes = p.add_subparsers(dest="recipe", required=True)
+    acl = recipes.add_parser("acl", help="Automated Continual Learning: metalearn and evaluate")
+    verbs = acl.add_subparsers(dest="verb", required=True)
+    tr = verbs.add_parser("train", help="meta-train a model (writes config, metrics, checkpoints)")
+    tr.add_argument("--preset", default="quick", help="configs/acl/<preset>.yaml or a YAML path")
+    tr.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/acl-<preset>)")
+    tr.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    tr.add_argument("--eval", action="store_true", help="evaluate the best checkpoint after training")
+    tr.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.max_steps=100")
+    ev = verbs.add_parser("eval", help="evaluate a run folder (results.json, report.md, plots/)")
+    ev.add_argument("run_dir", type=Path)
+    ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    ev.add_argument("overrides", nargs="*", help="key=value overrides of the eval section, e.g. eval.split_runs=2")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from fastweights.config import load_config, preset_path
+    from fastweights.recipes import acl
+    from fastweights.recipes.acl_config import ACLConfig
+
+    try:
+        if args.verb == "train":
+            path = preset_path("acl", args.preset)
+            cfg = load_config(ACLConfig, path, args.overrides)
+            run_dir = args.run_dir or Path("runs") / f"acl-{path.stem}"
+            summary = acl.train(cfg, run_dir, resume=args.resume, command=acl.command_line())
+            print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
+            if args.eval:
+                acl.evaluate(run_dir, command=acl.command_line())
+                print(f"report: {run_dir / 'report.md'}")
+        else:
+            acl.evaluate(args.run_dir, which=args.checkpoint, overrides=args.overrides, command=acl.command_line())
+            print(f"report: {args.run_dir / 'report.md'}")
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        print(f"fastweights: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fastweights: interrupted; the latest checkpoint was saved (use --resume)", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

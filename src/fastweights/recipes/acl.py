@@ -1,0 +1,356 @@
+"""ACL recipe: metalearn an in-context continual learner, then evaluate it.
+
+``train``: sequences of ``num_tasks`` few-shot tasks from the FontGlyphs meta-training scripts, ACL loss
+(ACL paper Eq. 6 generalised to T tasks, spec ``srwm_acl.md`` §4.2), Adam with warm-up, periodic
+validation on the meta-validation scripts, atomic best/latest checkpoints, resumable.
+``evaluate``: few-shot accuracy and the in-context forgetting table on the held-out scripts, and the
+5-task split benchmarks (Split-Digits, Split-FashionMNIST), written to ``results.json``,
+``report.md`` and ``plots/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from fastweights.cl.objective import acl_loss, embed_tasks
+from fastweights.cl.protocols import evaluate_split_benchmark, evaluate_task_pairs, summarize_task_pairs
+from fastweights.config import config_from_yaml, config_to_yaml
+from fastweights.data.episodes import EpisodeSampler
+from fastweights.data.sources.base import ClassPool, SplitDataset
+from fastweights.data.sources.digits import load_digits_split
+from fastweights.data.sources.glyphs import load_font_glyphs
+from fastweights.data.sources.idx import load_idx_dataset
+from fastweights.models.backbones import Conv4
+from fastweights.models.in_context import InContextClassifier
+from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
+from fastweights.recipes.report import write_report
+from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from fastweights.train.io import JsonlLogger, atomic_write_json, atomic_write_text
+from fastweights.train.schedules import lr_multiplier
+
+__all__ = ["train", "evaluate", "build_model", "load_glyph_pools", "resolve_device"]
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_model(cfg: ACLConfig) -> InContextClassifier:
+    """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), spec §2."""
+    m = cfg.model
+    backbone = Conv4(
+        1,
+        m.channels,
+        image_size=cfg.data.image_size,
+        norm=m.norm,
+        dropout=m.vision_dropout,
+        pool_before_norm=m.pool_before_norm,
+    )
+    return InContextClassifier(
+        backbone,
+        cfg.train.n_way,
+        d_model=m.d_model,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        d_ff=m.ff_factor * m.d_model,
+        dropout=m.dropout,
+        sequence_layer=m.sequence_layer,
+    )
+
+
+def load_glyph_pools(d: DataConfig) -> dict[str, ClassPool]:
+    """FontGlyphs meta-train / meta-val / meta-test pools (rendered once, then cached)."""
+    return load_font_glyphs(
+        image_size=d.image_size,
+        examples_per_class=d.examples_per_class,
+        max_classes_per_script=d.max_classes_per_script,
+        max_scripts=d.max_scripts,
+        seed=d.seed,
+        cache_dir=d.cache_dir,
+    )
+
+
+def _stage(t: TrainConfig, step: int) -> tuple[int, int]:
+    for s in t.curriculum:
+        if step < s.until_step:
+            return s.n_way, s.k_shot
+    return t.n_way, t.k_shot
+
+
+def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, device) -> dict[str, float]:
+    accs = evaluate_task_pairs(
+        model,
+        sampler,
+        episodes=episodes,
+        n_way=t.n_way,
+        k_shot=t.k_shot,
+        n_query=t.n_query,
+        batch_size=min(50, episodes),
+        seed=12345,
+        reverse=False,
+        device=device,
+    )
+    out = {f"val_{k}": float(v.mean()) for k, v in accs.items()}
+    terms = ["A|A", "B|A->B", "A|A->B"] if t.acl_loss else ["A|A", "B|A->B"]
+    out["val_objective"] = float(np.mean([accs[k].mean() for k in terms]))
+    out["val_acc"] = out["val_A|A"]
+    return out
+
+
+def train(cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str | None = None) -> dict[str, Any]:
+    """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
+
+    Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
+    included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
+    (model, optimiser, schedule, step, elapsed time and every random state); Ctrl-C saves it first.
+
+    Returns:
+        The last validation record.
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        ValueError: if ``num_tasks * n_way`` exceeds the meta-training classes (from the sampler).
+    """
+    t = cfg.train
+    run_dir = Path(run_dir)
+    ckpt = CheckpointManager(run_dir)
+    if ckpt.exists("latest") and not resume:
+        raise FileExistsError(f"run_dir: {run_dir} already holds a run; pass --resume or choose another folder")
+    if resume and (run_dir / "config.yaml").exists():
+        cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
+        t = cfg.train
+    if t.num_tasks < 1:
+        raise ValueError(f"train.num_tasks: expected >= 1, got {t.num_tasks}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
+    if command:
+        atomic_write_text(run_dir / "command.txt", command + "\n")
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    device = resolve_device(cfg.device)
+    torch.manual_seed(t.seed)
+    rng = np.random.default_rng(t.seed)
+
+    pools = load_glyph_pools(cfg.data)
+    train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
+    val_sampler = EpisodeSampler(pools["val"])
+    model = build_model(cfg).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lr_multiplier(t.schedule, warmup_steps=t.warmup_steps, base_lr=t.lr, d_model=cfg.model.d_model)
+    )
+    step, elapsed, best = 0, 0.0, -math.inf
+    last_val: dict[str, Any] = {}
+    state = ckpt.load("latest", map_location=device) if resume else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step, elapsed, best = state["step"], state["elapsed_seconds"], state["best"]
+        restore_rng_state(state["rng"])
+        rng.bit_generator.state = state["sampler_rng"]
+        last_val = state.get("last_val", {})
+        log.info("resumed %s at step %d (%.1f min)", run_dir, step, elapsed / 60)
+
+    def save(is_best: bool) -> None:
+        ckpt.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "step": step,
+                "elapsed_seconds": elapsed,
+                "best": best,
+                "rng": capture_rng_state(),
+                "sampler_rng": rng.bit_generator.state,
+                "last_val": last_val,
+                "config": asdict(cfg),
+            },
+            is_best=is_best,
+        )
+
+    logger = JsonlLogger(run_dir / "metrics.jsonl")
+    budget = t.max_minutes * 60 if t.max_minutes > 0 else math.inf
+    start = time.monotonic() - elapsed
+    bar = tqdm(total=t.max_steps, initial=step, desc="ACL meta-training", unit="it", dynamic_ncols=True)
+    loss_ema = None
+    model.train()
+    try:
+        while step < t.max_steps and time.monotonic() - start < budget:
+            n_way, k_shot = _stage(t, step)
+            batches = train_sampler.sample(
+                rng,
+                batch_size=t.batch_size,
+                num_tasks=t.num_tasks,
+                n_way=n_way,
+                k_shot=k_shot,
+                n_query=t.n_query,
+                label_space=t.n_way,
+                first_shot=t.first_shot_loss,
+            )
+            tasks = embed_tasks(model, batches, train_sampler.pool.mean, train_sampler.pool.std, device)
+            loss, accs = acl_loss(model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if t.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            opt.step()
+            sched.step()
+            step += 1
+            elapsed = time.monotonic() - start
+            loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_ema:.3f}", way=n_way, shot=k_shot, val=last_val.get("val_acc", float("nan")))
+            done = step >= t.max_steps or time.monotonic() - start >= budget
+            if step % t.val_every_steps == 0 or done:
+                last_val = _validate(model, val_sampler, t, t.val_episodes, device)
+                model.train()
+                elapsed = time.monotonic() - start
+                record = {
+                    "step": step,
+                    "minutes": elapsed / 60,
+                    "train_loss": loss_ema,
+                    "n_way": n_way,
+                    "k_shot": k_shot,
+                    "lr": sched.get_last_lr()[0],
+                    **{f"train_{i}|{j}": a for (i, j), a in accs.items()},
+                    **last_val,
+                }
+                logger.log(**record)
+                is_best = last_val["val_objective"] > best
+                best = max(best, last_val["val_objective"])
+                save(is_best)
+            elif step % t.checkpoint_every_steps == 0:
+                save(False)
+    except KeyboardInterrupt:
+        elapsed = time.monotonic() - start
+        save(False)
+        bar.close()
+        log.warning("interrupted at step %d; resume with --resume", step)
+        raise
+    bar.close()
+    logger.close()
+    return {"step": step, "minutes": elapsed / 60, **last_val}
+
+
+def _split_datasets(cfg: ACLConfig) -> dict[str, SplitDataset]:
+    out = {}
+    for name in cfg.eval.split_benchmarks:
+        if name == "digits":
+            out["Split-Digits"] = load_digits_split(image_size=cfg.data.image_size)
+        elif name == "fashion_mnist":
+            out["Split-FashionMNIST"] = load_idx_dataset(
+                cfg.data.fashion_mnist_dir, name="Fashion-MNIST", image_size=cfg.data.image_size
+            )
+        else:
+            raise ValueError(f"eval.split_benchmarks: expected 'digits' or 'fashion_mnist', got {name!r}")
+    return out
+
+
+def evaluate(
+    run_dir: Path, *, which: str = "best", overrides: list[str] | None = None, command: str | None = None
+) -> dict[str, Any]:
+    """Evaluate the ``which`` checkpoint of ``run_dir``; writes ``results.json``, ``report.md``, plots.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"run_dir: expected {run_dir}/config.yaml (a folder written by `fastweights acl train`)")
+    cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
+    if overrides:
+        from omegaconf import OmegaConf
+
+        merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
+    if state is None:
+        raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    device = resolve_device(cfg.device)
+    model = build_model(cfg).to(device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    e = cfg.eval
+    t0 = time.monotonic()
+    pools = load_glyph_pools(cfg.data)
+    test_sampler = EpisodeSampler(pools["test"])
+    with tqdm(total=e.fewshot_episodes, desc="held-out task pairs", unit="ep", dynamic_ncols=True) as bar:
+        accs = evaluate_task_pairs(
+            model,
+            test_sampler,
+            episodes=e.fewshot_episodes,
+            n_way=e.n_way,
+            k_shot=e.k_shot,
+            n_query=e.n_query,
+            batch_size=e.batch_size,
+            seed=e.seed,
+            device=device,
+            progress=bar.update,
+        )
+    table = summarize_task_pairs(accs)
+    results: dict[str, Any] = {
+        "run": {
+            "preset": cfg.name,
+            "run_dir": str(run_dir),
+            "checkpoint": which,
+            "steps": state["step"],
+            "train_minutes": state["elapsed_seconds"] / 60,
+            "acl_loss": cfg.train.acl_loss,
+            "command": (run_dir / "command.txt").read_text().strip() if (run_dir / "command.txt").exists() else "",
+            "eval_command": command or "",
+        },
+        "fewshot": {
+            "dataset": "FontGlyphs/test",
+            "n_way": e.n_way,
+            "k_shot": e.k_shot,
+            "episodes": e.fewshot_episodes,
+            "accuracy": table["A|A"]["mean"],
+            "ci95": table["A|A"]["ci95"],
+        },
+        "forgetting": {
+            "n_way": e.n_way,
+            "k_shot": e.k_shot,
+            "episodes": e.fewshot_episodes,
+            "table": table,
+            "task_a": "FontGlyphs/test",
+            "task_b": "FontGlyphs/test",
+        },
+        "split": {},
+    }
+    for name, ds in _split_datasets(cfg).items():
+        for scenario in e.scenarios:
+            key = f"{name}/{scenario}"
+            log.info("evaluating %s", key)
+            results["split"][key] = evaluate_split_benchmark(
+                model, ds, k_shot=e.split_k_shot, runs=e.split_runs, scenario=scenario, device=device
+            )
+    results["run"]["eval_minutes"] = (time.monotonic() - t0) / 60
+    atomic_write_json(run_dir / "results.json", results)
+    write_report(results, run_dir)
+    return results
+
+
+def command_line() -> str:
+    """The command that started this process (recorded in run folders)."""
+    return "fastweights " + " ".join(shlex.quote(a) for a in sys.argv[1:])
