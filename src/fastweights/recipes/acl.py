@@ -205,7 +205,9 @@ def train(cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str |
                 first_shot=t.first_shot_loss,
             )
             tasks = embed_tasks(model, batches, train_sampler.pool.mean, train_sampler.pool.std, device)
-            loss, accs = acl_loss(model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss)
+            loss, accs = acl_loss(
+                model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
+            )
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
             opt.zero_grad(set_to_none=True)

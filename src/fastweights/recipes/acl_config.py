@@ -54,6 +54,7 @@ class TrainConfig:
     batch_size: int = 16
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
     first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default
+    online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
     lr: float = 1e-3
     warmup_steps: int = 100
     schedule: str = "constant"  # "constant" after linear warmup, or "noam" (reference, spec §3.2)

@@ -1,0 +1,228 @@
+"""Continual-learning metrics over an accuracy matrix, and confidence intervals.
+
+The accuracy matrix ``R`` is a float array of shape ``[T, T]`` where ``R[i, j]`` is the accuracy
+(fraction in [0, 1], or any consistent unit) on task ``j`` after learning tasks ``0..i`` in order
+(Lopez-Paz & Ranzato, "Gradient Episodic Memory for Continual Learning", NeurIPS 2017). Entries on
+and below the diagonal (``j <= i``) must be finite. Entries above the diagonal (``j > i``, accuracy
+on a task not learned yet) are optional: NaN means "not measured"; they are only needed by
+:func:`forward_transfer`.
+
+Indices in the formulas below are 0-based, ``T`` is the number of tasks.
+
+* ACC (average accuracy)   = (1/T)     Σ_{j=0}^{T-1} R[T-1, j]                 (Lopez-Paz & Ranzato 2017)
+* BWT (backward transfer)  = (1/(T-1)) Σ_{j=0}^{T-2} (R[T-1, j] − R[j, j])     (Lopez-Paz & Ranzato 2017)
+* FWT (forward transfer)   = (1/(T-1)) Σ_{j=1}^{T-1} (R[j-1, j] − b[j])        (Lopez-Paz & Ranzato 2017)
+* forgetting               = (1/(T-1)) Σ_{j=0}^{T-2} (max_{l<T-1} R[l, j] − R[T-1, j])
+  (Chaudhry et al., "Riemannian Walk for Incremental Learning", ECCV 2018)
+* learning accuracy        = (1/T)     Σ_{j=0}^{T-1} R[j, j]
+
+Negative BWT means forgetting; positive forgetting means forgetting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "mean_ci95",
+    "average_accuracy",
+    "backward_transfer",
+    "forward_transfer",
+    "forgetting",
+    "learning_accuracy",
+    "summarize_runs",
+]
+
+
+def mean_ci95(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and half-width of the normal-approximation 95% confidence interval.
+
+    ``ci95 = 1.96 · std / sqrt(n)`` with the *population* standard deviation (``np.std``, ddof=0),
+    the convention of the reference evaluation scripts. Note: the reference code
+    (IDSIA modern-srwm ``eval_sync.py`` and automated-cl) prints ``1.96 · std / n``; dividing by ``n``
+    instead of ``sqrt(n)`` is a known bug there and is *not* reproduced here.
+
+    Args:
+        values: 1-D sequence of ``n >= 1`` finite numbers (e.g. per-episode or per-run accuracies).
+
+    Returns:
+        ``(mean, ci95)`` as Python floats; ``ci95 == 0.0`` when ``n == 1``.
+
+    Raises:
+        ValueError: if ``values`` is empty, not 1-D, or contains NaN/Inf.
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"values: expected a non-empty 1-D sequence, given shape {tuple(arr.shape)}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"values: expected finite numbers, given {int((~np.isfinite(arr)).sum())} NaN/Inf")
+    n = arr.size
+    return float(arr.mean()), float(1.96 * arr.std() / math.sqrt(n))
+
+
+def _check_matrix(R: Any, *, min_tasks: int = 1) -> np.ndarray:
+    """Validate an accuracy matrix and return it as float64 (a copy is made only when needed)."""
+    arr = np.asarray(R, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"R: expected a square 2-D array [T, T], given shape {tuple(arr.shape)}")
+    T = arr.shape[0]
+    if T < min_tasks:
+        raise ValueError(f"R: expected at least {min_tasks} task(s), given T={T}")
+    lower = arr[np.tril_indices(T)]
+    if not np.all(np.isfinite(lower)):
+        rows, cols = np.nonzero(~np.isfinite(np.where(np.tri(T, dtype=bool), arr, 0.0)))
+        bad = list(zip(rows.tolist(), cols.tolist(), strict=True))
+        raise ValueError(
+            f"R: expected finite entries on and below the diagonal (j <= i), given NaN/Inf at {bad[:5]}"
+            + (" ..." if len(bad) > 5 else "")
+        )
+    return arr
+
+
+def average_accuracy(R: Any) -> float:
+    """ACC = (1/T) Σ_j R[T-1, j]: mean accuracy over all tasks after learning the last one.
+
+    Unweighted over tasks (Lopez-Paz & Ranzato 2017); Avalanche's stream accuracy weights by
+    number of test samples instead.
+
+    Args:
+        R: accuracy matrix ``[T, T]`` (see module docstring).
+
+    Raises:
+        ValueError: if ``R`` is not square 2-D or has a non-finite entry with ``j <= i``.
+    """
+    arr = _check_matrix(R)
+    return float(arr[-1].mean())
+
+
+def backward_transfer(R: Any) -> float:
+    """BWT = (1/(T-1)) Σ_{j<T-1} (R[T-1, j] − R[j, j]) (Lopez-Paz & Ranzato 2017).
+
+    The influence that learning later tasks has on earlier ones; negative = forgetting. The last task
+    is excluded.
+
+    Args:
+        R: accuracy matrix ``[T, T]`` with ``T >= 2``.
+
+    Raises:
+        ValueError: if ``R`` is invalid (see :func:`average_accuracy`) or ``T < 2``.
+    """
+    arr = _check_matrix(R, min_tasks=2)
+    T = arr.shape[0]
+    return float(np.mean(arr[T - 1, : T - 1] - np.diag(arr)[: T - 1]))
+
+
+def forward_transfer(R: Any, baseline: Sequence[float] | np.ndarray) -> float:
+    """FWT = (1/(T-1)) Σ_{j>=1} (R[j-1, j] − b[j]) (Lopez-Paz & Ranzato 2017).
+
+    The zero-shot benefit on task ``j`` of having learned tasks ``0..j-1``, relative to ``b[j]``, the
+    accuracy on task ``j`` of the model before any learning (e.g. random init / empty context).
+    Needs the super-diagonal entries ``R[j-1, j]``. ~0 in class-incremental settings by construction.
+
+    Args:
+        R: accuracy matrix ``[T, T]`` with ``T >= 2`` and finite ``R[j-1, j]`` for ``j >= 1``.
+        baseline: ``b``, shape ``[T]`` (``b[0]`` is not used but must be present).
+
+    Raises:
+        ValueError: if ``R`` is invalid, ``T < 2``, a super-diagonal entry is NaN/Inf, or ``baseline``
+            has the wrong shape or non-finite entries (at indices ``>= 1``).
+    """
+    arr = _check_matrix(R, min_tasks=2)
+    T = arr.shape[0]
+    b = np.asarray(baseline, dtype=np.float64)
+    if b.shape != (T,):
+        raise ValueError(f"baseline: expected shape ({T},), given {tuple(b.shape)}")
+    upper = np.array([arr[j - 1, j] for j in range(1, T)])
+    if not np.all(np.isfinite(upper)):
+        missing = [(j - 1, j) for j in range(1, T) if not np.isfinite(arr[j - 1, j])]
+        raise ValueError(f"R: forward transfer needs finite entries R[j-1, j], given NaN/Inf at {missing}")
+    if not np.all(np.isfinite(b[1:])):
+        raise ValueError(f"baseline: expected finite entries at indices 1..{T - 1}, given {b.tolist()}")
+    return float(np.mean(upper - b[1:]))
+
+
+def forgetting(R: Any) -> float:
+    """Average forgetting after the last task (Chaudhry et al. 2018, RWalk, Eq. for F_k with k = T-1).
+
+    ``F = (1/(T-1)) Σ_{j<T-1} (max_{j<=l<T-1} R[l, j] − R[T-1, j])``: for each old task, the drop
+    from its best accuracy seen *before* the final task to its accuracy after the final task. The last
+    task is excluded (including it is a known bug in some implementations). The max runs over
+    ``l >= j`` only — accuracies measured after task ``j`` was learned; a measured zero-shot entry
+    ``R[l, j]`` with ``l < j`` is knowledge never learned and is ignored. When the upper triangle is
+    not measured this is exactly Chaudhry et al.'s ``max_{l<T-1}``.
+
+    Args:
+        R: accuracy matrix ``[T, T]`` with ``T >= 2``.
+
+    Raises:
+        ValueError: if ``R`` is invalid (see :func:`average_accuracy`) or ``T < 2``.
+    """
+    arr = _check_matrix(R, min_tasks=2)
+    T = arr.shape[0]
+    drops = [arr[j : T - 1, j].max() - arr[T - 1, j] for j in range(T - 1)]
+    return float(np.mean(drops))
+
+
+def learning_accuracy(R: Any) -> float:
+    """Learning accuracy = (1/T) Σ_j R[j, j]: mean accuracy on each task right after learning it.
+
+    Also called "just-after-learning" or plasticity accuracy (cf. Riemer et al. 2019, LA).
+
+    Args:
+        R: accuracy matrix ``[T, T]``.
+
+    Raises:
+        ValueError: if ``R`` is invalid (see :func:`average_accuracy`).
+    """
+    arr = _check_matrix(R)
+    return float(np.mean(np.diag(arr)))
+
+
+def _to_nested(arr: np.ndarray) -> list[list[float | None]]:
+    """Matrix → nested lists with NaN replaced by None (strict-JSON safe)."""
+    return [[None if not math.isfinite(v) else float(v) for v in row] for row in arr.tolist()]
+
+
+def _stats(vals: list[float]) -> dict[str, float]:
+    a = np.asarray(vals, dtype=np.float64)
+    return {"mean": float(a.mean()), "std": float(a.std())}
+
+
+def summarize_runs(matrices: Sequence[np.ndarray]) -> dict[str, Any]:
+    """Aggregate accuracy matrices of independent runs (e.g. disjoint demonstration sets).
+
+    Metrics are computed per run and then averaged; ``std`` is the population std over runs
+    (``np.std``, ddof=0), the convention of the ACL paper's Split-MNIST tables.
+
+    Args:
+        matrices: ``n >= 1`` accuracy matrices, each ``[T, T]`` with ``T >= 2`` and the same ``T``.
+
+    Returns:
+        ``{"R": mean matrix [T][T], "R_std": std matrix [T][T], "ACC": {"mean", "std"},
+        "BWT": {...}, "forgetting": {...}, "learning_accuracy": {...}, "runs": n}``. Matrices are nested
+        lists of floats with ``None`` where an entry is NaN in any run (unmeasured upper triangle), so
+        the dict serialises as strict JSON.
+
+    Raises:
+        ValueError: if ``matrices`` is empty, any matrix is invalid, or the shapes differ.
+    """
+    if len(matrices) == 0:
+        raise ValueError("matrices: expected at least one accuracy matrix, given an empty list")
+    arrs = [_check_matrix(m, min_tasks=2) for m in matrices]
+    shapes = {a.shape for a in arrs}
+    if len(shapes) != 1:
+        raise ValueError(f"matrices: expected the same shape for every run, given {sorted(shapes)}")
+    stack = np.stack(arrs)
+    return {
+        "R": _to_nested(stack.mean(axis=0)),
+        "R_std": _to_nested(stack.std(axis=0)),
+        "ACC": _stats([average_accuracy(a) for a in arrs]),
+        "BWT": _stats([backward_transfer(a) for a in arrs]),
+        "forgetting": _stats([forgetting(a) for a in arrs]),
+        "learning_accuracy": _stats([learning_accuracy(a) for a in arrs]),
+        "runs": len(arrs),
+    }

@@ -1,0 +1,461 @@
+"""Plots and a markdown report for an ACL run (``runs/<name>/plots/*.png`` and ``report.md``).
+
+Input is the ``results.json`` dict written by the ACL evaluation (all accuracies are fractions in
+[0, 1]; the report shows percentages)::
+
+    {"run":        {"preset", "run_dir", "steps", "train_minutes", "command"},
+     "fewshot":    {"dataset", "n_way", "k_shot", "episodes", "accuracy", "ci95"},
+     "forgetting": {"n_way", "k_shot", "episodes", "task_a", "task_b",
+                    "table": {"A|A" | "B|A->B" | "A|A->B" | "B|B" | "A|B->A" | "B|B->A": {"mean", "ci95"}}},
+     "split":      {<benchmark>: {"R", "R_std", "ACC", "BWT", "forgetting", "learning_accuracy",
+                                  "runs", "k_shot", "task_names", "chance"}}}
+
+Forgetting-table keys read "evaluated task | tasks learned, in order": ``"A|A->B"`` is the accuracy on
+task A after learning A then B (the in-context forgetting measure, spec ``srwm_acl.md`` §5.3).
+Every top-level section is optional. Plots use matplotlib's object API with the Agg canvas (no
+pyplot, no global backend switch), so this module is safe to import anywhere.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from fastweights.train.io import atomic_write_bytes, atomic_write_text, read_jsonl
+
+__all__ = ["plot_accuracy_matrix", "plot_forgetting", "plot_learning_curves", "write_report"]
+
+PathLike = str | os.PathLike[str]
+
+# (key, evaluated task, tasks learned) for the two task orders of the 2-task forgetting protocol.
+FORGETTING_ORDERS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
+    ("A→B", (("A|A", "A", "A"), ("B|A->B", "B", "A→B"), ("A|A->B", "A", "A→B"))),
+    ("B→A", (("B|B", "B", "B"), ("A|B->A", "A", "B→A"), ("B|B->A", "B", "B→A"))),
+)
+_BAR_ROLES = ("first task, after learning it", "second task, after both", "first task, after both")
+_BAR_COLORS = ("#4C72B0", "#55A868", "#C44E52")
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _save_figure(fig: Figure, path: PathLike) -> Path:
+    """Render ``fig`` to PNG in memory and write it atomically."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    p = Path(path)
+    atomic_write_bytes(p, buf.getvalue())
+    return p
+
+
+def _as_float(x: Any) -> float:
+    """None → NaN; numbers → float."""
+    return math.nan if x is None else float(x)
+
+
+def _pct(x: Any, digits: int = 2) -> str:
+    """Fraction → percent string (``0.61 → '61.00'``); None/NaN → '—'."""
+    v = _as_float(x)
+    return "—" if not math.isfinite(v) else f"{100.0 * v:.{digits}f}"
+
+
+def _pm(mean: Any, spread: Any, digits: int = 2) -> str:
+    """``'61.00 ± 1.20'`` from fractions; the spread is omitted when missing."""
+    if spread is None or not math.isfinite(_as_float(spread)):
+        return _pct(mean, digits)
+    return f"{_pct(mean, digits)} ± {_pct(spread, digits)}"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "_", name.lower()).strip("_") or "unnamed"
+
+
+def _md_cell(x: Any) -> str:
+    """Escape a value for a markdown table cell."""
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _matrix(R: Any, name: str = "R") -> np.ndarray:
+    """Nested lists (None = not measured) → float array [T, T]."""
+    try:
+        arr = np.array(R, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: expected a square matrix of numbers/None, given {R!r:.80}") from e
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
+        raise ValueError(f"{name}: expected a non-empty square 2-D matrix [T, T], given shape {arr.shape}")
+    return arr
+
+
+def _task_names(task_names: Sequence[str] | None, T: int) -> list[str]:
+    if task_names is None:
+        return [str(j + 1) for j in range(T)]
+    names = [str(n) for n in task_names]
+    if len(names) != T:
+        raise ValueError(f"task_names: expected {T} names (one per task of R), given {len(names)}")
+    return names
+
+
+# ------------------------------------------------------------------------------------------------- plots
+def plot_accuracy_matrix(
+    R: Any, task_names: Sequence[str] | None, path: PathLike, title: str = "accuracy matrix"
+) -> Path:
+    """Heatmap of an accuracy matrix with the percentage written in every cell.
+
+    Args:
+        R: ``[T, T]`` fractions (nested lists or array); ``R[i, j]`` = accuracy on task ``j`` after
+            learning tasks ``0..i``. NaN/None cells (not measured) are left blank.
+        task_names: ``T`` labels (e.g. ``"0/1"``); ``None`` → ``"1".."T"``.
+        path: output PNG (parent folders created; written atomically).
+        title: figure title.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        ValueError: if ``R`` is not a non-empty square matrix or ``task_names`` has the wrong length.
+    """
+    arr = _matrix(R)
+    T = arr.shape[0]
+    names = _task_names(task_names, T)
+    pct = 100.0 * arr
+    size = max(3.5, 0.75 * T + 2.0)
+    fig = Figure(figsize=(size + 1.0, size))
+    ax = fig.subplots()
+    im = ax.imshow(np.ma.masked_invalid(pct), vmin=0.0, vmax=100.0, cmap="viridis")
+    fig.colorbar(im, ax=ax, label="accuracy (%)", fraction=0.046, pad=0.04)
+    for i in range(T):
+        for j in range(T):
+            v = pct[i, j]
+            if math.isfinite(v):
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.1f}",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="black" if v > 60.0 else "white",
+                )
+    ax.set_xticks(range(T), names)
+    ax.set_yticks(range(T), [f"after {n}" for n in names])
+    ax.set_xlabel("evaluated on task j")
+    ax.set_ylabel("after learning task i")
+    ax.set_title(title)
+    return _save_figure(fig, path)
+
+
+def plot_forgetting(
+    table: Mapping[str, Mapping[str, Any]],
+    path: PathLike,
+    title: str = "in-context forgetting",
+    *,
+    chance: float | None = None,
+) -> Path:
+    """Grouped bars of the 2-task forgetting protocol with 95% CI error bars.
+
+    Two groups, one per task order: (``A|A``, ``B|A->B``, ``A|A->B``) and (``B|B``, ``A|B->A``,
+    ``B|B->A``). Keys absent from ``table`` are skipped.
+
+    Args:
+        table: key → ``{"mean": fraction, "ci95": fraction}`` (see module docstring for the keys).
+        path: output PNG (written atomically).
+        title: figure title.
+        chance: chance accuracy as a fraction (``1/n_way``), drawn as a dashed line; None → no line.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        ValueError: if no known key is present or an entry lacks ``"mean"``.
+    """
+    known = [k for _, bars in FORGETTING_ORDERS for k, _, _ in bars]
+    if not any(k in table for k in known):
+        raise ValueError(f"table: expected some of the keys {known}, given {sorted(table)}")
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.subplots()
+    width = 0.26
+    labelled: set[int] = set()
+    for g, (_, bars) in enumerate(FORGETTING_ORDERS):
+        for b, (key, _, _) in enumerate(bars):
+            if key not in table:
+                continue
+            entry = table[key]
+            if "mean" not in entry:
+                raise ValueError(f"table[{key!r}]: expected keys 'mean' and 'ci95', given {sorted(entry)}")
+            mean = 100.0 * _as_float(entry["mean"])
+            ci = entry.get("ci95")
+            err = None if ci is None else [100.0 * _as_float(ci)]
+            x = g + (b - 1) * width
+            ax.bar(
+                x,
+                mean,
+                width,
+                yerr=err,
+                capsize=4,
+                color=_BAR_COLORS[b],
+                label=_BAR_ROLES[b] if b not in labelled else None,
+            )
+            labelled.add(b)
+            if math.isfinite(mean):
+                ax.annotate(
+                    f"{mean:.1f}",
+                    (x, mean),
+                    xytext=(0, -3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="top",
+                    fontsize=8,
+                    color="white",
+                )
+    ticks = [g + (b - 1) * width for g in range(2) for b in range(3)]
+    ax.set_xticks(ticks, [k for _, bars in FORGETTING_ORDERS for k, _, _ in bars], fontsize=8)
+    for g, (order, _) in enumerate(FORGETTING_ORDERS):
+        ax.text(g, -0.12, f"order {order}", transform=ax.get_xaxis_transform(), ha="center", va="top")
+    if chance is not None:
+        ax.axhline(
+            100.0 * chance,
+            color="gray",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"chance ({100.0 * chance:.0f}%)",
+        )
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
+    return _save_figure(fig, path)
+
+
+def plot_learning_curves(
+    curves: Mapping[str, Sequence[tuple[float, float]]],
+    path: PathLike,
+    *,
+    xlabel: str = "wall-clock minutes",
+    ylabel: str = "validation accuracy",
+    chance: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """One line per variant, e.g. validation accuracy vs wall-clock minutes.
+
+    Args:
+        curves: variant name → list of ``(x, y)`` points (plotted as given, sorted by ``x``;
+            non-finite points dropped). Variants with no points are skipped.
+        path: output PNG (written atomically).
+        xlabel, ylabel: axis labels (units in the label).
+        chance: y value of a dashed chance line (same units as ``y``); None → no line.
+        title: figure title; None → ``f"{ylabel} vs {xlabel}"``.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        ValueError: if no variant has a finite point, or a point is not an ``(x, y)`` pair.
+    """
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.subplots()
+    drawn = 0
+    for name, pts in curves.items():
+        try:
+            arr = np.array(list(pts), dtype=np.float64).reshape(-1, 2)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"curves[{name!r}]: expected a list of (x, y) pairs, given {pts!r:.80}") from e
+        arr = arr[np.all(np.isfinite(arr), axis=1)]
+        if len(arr) == 0:
+            continue
+        arr = arr[np.argsort(arr[:, 0], kind="stable")]
+        ax.plot(arr[:, 0], arr[:, 1], marker="o" if len(arr) < 30 else None, markersize=3, label=str(name))
+        drawn += 1
+    if drawn == 0:
+        raise ValueError(f"curves: expected at least one variant with finite points, given {list(curves)}")
+    if chance is not None:
+        ax.axhline(chance, color="gray", linestyle="--", linewidth=1.2, label="chance")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title if title is not None else f"{ylabel} vs {xlabel}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save_figure(fig, path)
+
+
+# ------------------------------------------------------------------------------------------------ report
+def _learning_curves_from_log(log: Path) -> dict[str, list[tuple[float, float]]]:
+    """Group ``metrics.jsonl`` records with numeric ``minutes`` and ``val_acc`` by ``variant``."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for rec in read_jsonl(log):
+        m, a = rec.get("minutes"), rec.get("val_acc")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (m, a)):
+            continue
+        if not (math.isfinite(m) and math.isfinite(a)):
+            continue
+        curves.setdefault(str(rec.get("variant", "this run")), []).append((float(m), float(a)))
+    return curves
+
+
+def _section_run(run: Mapping[str, Any]) -> list[str]:
+    lines = ["## Run", ""]
+    rows = [(k, run[k]) for k in ("preset", "run_dir", "steps") if run.get(k) is not None]
+    if run.get("train_minutes") is not None:
+        rows.append(("training time (min)", f"{float(run['train_minutes']):.1f}"))
+    rows += [
+        (k, v) for k, v in run.items() if k not in ("preset", "run_dir", "steps", "train_minutes", "command")
+    ]
+    if rows:
+        lines += _md_table(("field", "value"), rows) + [""]
+    if run.get("command"):
+        lines += ["Command:", "", "```", str(run["command"]), "```", ""]
+    return lines
+
+
+def _section_fewshot(fs: Mapping[str, Any]) -> list[str]:
+    if "accuracy" not in fs:
+        raise ValueError(f"results['fewshot']: expected key 'accuracy', given {sorted(fs)}")
+    desc = f"{fs.get('n_way', '?')}-way {fs.get('k_shot', '?')}-shot"
+    return [
+        "## Few-shot accuracy",
+        "",
+        f"{fs.get('dataset', 'test set')}, {desc}, {fs.get('episodes', '?')} episodes: "
+        f"**{_pm(fs['accuracy'], fs.get('ci95'))} %** (mean ± 95% CI).",
+        "",
+    ]
+
+
+def _section_forgetting(fg: Mapping[str, Any], plots: Path) -> tuple[list[str], Path | None]:
+    table = fg.get("table")
+    if not isinstance(table, Mapping):
+        raise ValueError(f"results['forgetting']: expected a 'table' dict, given {type(table).__name__}")
+    n_way = fg.get("n_way")
+    chance = 1.0 / float(n_way) if n_way else None
+    lines = ["## In-context forgetting (2 tasks)", ""]
+    lines.append(
+        f"Task A = {fg.get('task_a', '?')}, task B = {fg.get('task_b', '?')}; {n_way or '?'}-way "
+        f"{fg.get('k_shot', '?')}-shot, {fg.get('episodes', '?')} episodes; accuracy in %, mean ± 95% CI"
+        + (f"; chance = {100.0 * chance:.1f} %." if chance else ".")
+    )
+    lines.append("")
+    rows = []
+    for order, bars in FORGETTING_ORDERS:
+        for key, task, learned in bars:
+            if key in table:
+                e = table[key]
+                rows.append((order, task, learned, _pm(e.get("mean"), e.get("ci95"))))
+    lines += _md_table(("order", "evaluated on", "after learning", "accuracy (%)"), rows) + [""]
+    drops = []
+    for first, after in (("A|A", "A|A->B"), ("B|B", "B|B->A")):
+        if first in table and after in table:
+            d = _as_float(table[first].get("mean")) - _as_float(table[after].get("mean"))
+            drops.append(f"{first[0]}: {100.0 * d:.2f} points")
+    if drops:
+        lines += ["Drop on the first task after learning the second: " + ", ".join(drops) + ".", ""]
+    png = None
+    if any(k in table for _, bars in FORGETTING_ORDERS for k, _, _ in bars):
+        png = plot_forgetting(table, plots / "forgetting.png", "in-context forgetting", chance=chance)
+        lines += [f"![in-context forgetting](plots/{png.name})", ""]
+    return lines, png
+
+
+def _section_split(name: str, res: Mapping[str, Any], plots: Path) -> tuple[list[str], Path]:
+    if "R" not in res:
+        raise ValueError(f"results['split'][{name!r}]: expected key 'R', given {sorted(res)}")
+    R = _matrix(res["R"], name=f"results['split'][{name!r}]['R']")
+    T = R.shape[0]
+    names = _task_names(res.get("task_names"), T)
+    lines = [f"### {name}", ""]
+    info = [f"{T} tasks"]
+    if res.get("k_shot") is not None:
+        info.append(f"{res['k_shot']} demonstrations per class")
+    if res.get("runs") is not None:
+        info.append(f"{res['runs']} runs (mean ± population std over runs)")
+    if res.get("chance") is not None:
+        info.append(f"chance = {_pct(res['chance'], 1)} %")
+    lines += ["; ".join(info) + ".", ""]
+    rows = []
+    for key, label in (
+        ("ACC", "ACC (average accuracy after the last task)"),
+        ("BWT", "BWT (backward transfer)"),
+        ("forgetting", "forgetting (Chaudhry et al. 2018)"),
+        ("learning_accuracy", "learning accuracy (R[j, j])"),
+    ):
+        m = res.get(key)
+        if isinstance(m, Mapping) and "mean" in m:
+            rows.append((label, _pm(m["mean"], m.get("std"))))
+    if rows:
+        lines += _md_table(("metric", "value (%)"), rows) + [""]
+    lines += ["Mean accuracy matrix (%), row i = after learning task i, column j = task j:", ""]
+    lines += _md_table(
+        ["after \\ task", *names],
+        [[f"after {names[i]}", *(_pct(R[i, j]) for j in range(T))] for i in range(T)],
+    )
+    lines.append("")
+    png = plot_accuracy_matrix(R, names, plots / f"accuracy_matrix_{_slug(name)}.png", title=name)
+    lines += [f"![{name} accuracy matrix](plots/{png.name})", ""]
+    return lines, png
+
+
+def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
+    """Write ``run_dir/plots/*.png`` and ``run_dir/report.md`` from an ACL ``results.json`` dict.
+
+    Plots: one accuracy-matrix heatmap per split benchmark (``accuracy_matrix_<slug>.png``), the
+    forgetting bars (``forgetting.png``) and, when ``run_dir/metrics.jsonl`` has records with numeric
+    ``minutes`` and ``val_acc`` keys, a learning curve (``learning_curve.png``; one line per
+    ``variant`` value when records carry one). The markdown lists run info, few-shot accuracy ± 95% CI,
+    the forgetting table, and per split benchmark ACC/BWT/forgetting ± std and the mean accuracy
+    matrix, all in percent with two decimals, and links the PNGs by relative path. Absent sections
+    are skipped. All files are written atomically.
+
+    Args:
+        results: the results dict (see module docstring).
+        run_dir: the run folder (created if missing).
+
+    Returns:
+        Path of ``report.md``.
+
+    Raises:
+        ValueError: if ``results`` is not a dict or a present section lacks its essential data
+            (few-shot ``accuracy``, forgetting ``table``, split ``R``).
+    """
+    if not isinstance(results, Mapping):
+        raise ValueError(f"results: expected a dict (results.json), given {type(results).__name__}")
+    run_dir = Path(run_dir)
+    plots = run_dir / "plots"
+    preset = (results.get("run") or {}).get("preset")
+    lines = [f"# ACL run report{f' ({preset})' if preset else ''}", ""]
+
+    if results.get("run"):
+        lines += _section_run(results["run"])
+    if results.get("fewshot"):
+        lines += _section_fewshot(results["fewshot"])
+    if results.get("forgetting"):
+        lines += _section_forgetting(results["forgetting"], plots)[0]
+    if results.get("split"):
+        lines += ["## Split benchmarks", ""]
+        for name, res in results["split"].items():
+            lines += _section_split(name, res, plots)[0]
+
+    log = run_dir / "metrics.jsonl"
+    if log.is_file():
+        curves = _learning_curves_from_log(log)
+        if curves:
+            chance = None
+            fs = results.get("fewshot") or {}
+            if fs.get("n_way"):
+                chance = 1.0 / float(fs["n_way"])
+            png = plot_learning_curves(curves, plots / "learning_curve.png", chance=chance)
+            lines += ["## Learning curve", "", f"![learning curve](plots/{png.name})", ""]
+
+    if len(lines) == 2:
+        lines += ["No results.", ""]
+    out = run_dir / "report.md"
+    atomic_write_text(out, "\n".join(lines))
+    return out
