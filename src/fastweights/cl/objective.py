@@ -37,9 +37,11 @@ class TaskTensors:
     first_shot_labels: Tensor | None = None
 
 
-def to_model_images(images: np.ndarray, mean: float, std: float, device: torch.device | str) -> Tensor:
-    """uint8 ``[..., S, S]`` → normalised float32 ``[..., 1, S, S]`` on ``device``."""
-    t = torch.from_numpy(np.ascontiguousarray(images)).to(device=device, dtype=torch.float32)
+def to_model_images(
+    images: np.ndarray, mean: float, std: float, device: torch.device | str, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """uint8 ``[..., S, S]`` → normalised ``[..., 1, S, S]`` (``dtype``, default float32) on ``device``."""
+    t = torch.from_numpy(np.ascontiguousarray(images)).to(device=device, dtype=dtype)
     return ((t / 255.0 - mean) / std).unsqueeze(-3)
 
 
@@ -65,7 +67,8 @@ def embed_tasks(
             if arr is not None:
                 parts.append(arr)
                 sizes.append(arr.shape[1])
-    features = model.embed(to_model_images(np.concatenate(parts, axis=1), mean, std, device))
+    dtype = next(model.parameters()).dtype
+    features = model.embed(to_model_images(np.concatenate(parts, axis=1), mean, std, device, dtype))
     chunks = iter(torch.split(features, sizes, dim=1))
 
     def labels(a: np.ndarray) -> Tensor:

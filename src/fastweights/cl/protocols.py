@@ -92,8 +92,10 @@ def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, flo
 
 @torch.no_grad()
 def _features(model: InContextClassifier, images: np.ndarray, mean: float, std: float, device, batch: int = 1000):
+    dtype = next(model.parameters()).dtype
     chunks = [
-        model.embed(to_model_images(images[i : i + batch], mean, std, device)) for i in range(0, len(images), batch)
+        model.embed(to_model_images(images[i : i + batch], mean, std, device, dtype))
+        for i in range(0, len(images), batch)
     ]
     return torch.cat(chunks, dim=0)
 
