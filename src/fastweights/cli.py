@@ -24,7 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     ev = verbs.add_parser("eval", help="evaluate a run folder (results.json, report.md, plots/)")
     ev.add_argument("run_dir", type=Path)
     ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
-    ev.add_argument("overrides", nargs="*", help="key=value overrides of the eval section, e.g. eval.split_runs=2")
+    ev.add_argument(
+        "overrides", nargs="*", help="key=value overrides of the eval section, e.g. eval.split_runs=2"
+    )
     return p
 
 
@@ -46,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                 acl.evaluate(run_dir, command=acl.command_line())
                 print(f"report: {run_dir / 'report.md'}")
         else:
-            acl.evaluate(args.run_dir, which=args.checkpoint, overrides=args.overrides, command=acl.command_line())
+            acl.evaluate(
+                args.run_dir, which=args.checkpoint, overrides=args.overrides, command=acl.command_line()
+            )
             print(f"report: {args.run_dir / 'report.md'}")
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"fastweights: error: {err}", file=sys.stderr)

@@ -13,7 +13,9 @@ from fastweights.models.in_context import InContextClassifier
 
 def _model():
     torch.manual_seed(0)
-    return InContextClassifier(Conv4(1, 4, image_size=16), 3, d_model=12, num_layers=1, num_heads=3, d_ff=12).double()
+    return InContextClassifier(
+        Conv4(1, 4, image_size=16), 3, d_model=12, num_layers=1, num_heads=3, d_ff=12
+    ).double()
 
 
 def _batch(rng, b=2, n=3, k=2, q=1, first_shot=False):
@@ -52,7 +54,9 @@ def test_acl_loss_is_mean_of_query_terms(num_tasks, backward):
     tasks = embed_tasks(model, [_batch(rng) for _ in range(num_tasks)], 0.5, 0.25, "cpu")
     loss, accs = acl_loss(model, tasks, backward=backward)
     logits, _ = sequence_query_logits(model, tasks, backward=backward)
-    expected_terms = {(i, j) for i in range(num_tasks) for j in range(num_tasks) if j == i or (backward and j < i)}
+    expected_terms = {
+        (i, j) for i in range(num_tasks) for j in range(num_tasks) if j == i or (backward and j < i)
+    }
     assert set(logits) == set(accs) == expected_terms
     manual = torch.stack(
         [F.cross_entropy(lg.flatten(0, 1), tasks[j].query_labels.flatten()) for (i, j), lg in logits.items()]

@@ -47,7 +47,9 @@ def _split_dataset():
 
     def part(per_class):
         labels = np.repeat(np.arange(10), per_class)
-        return LabeledImages(rng.integers(0, 256, (len(labels), 16, 16), dtype=np.uint8), labels.astype(np.int64))
+        return LabeledImages(
+            rng.integers(0, 256, (len(labels), 16, 16), dtype=np.uint8), labels.astype(np.int64)
+        )
 
     return SplitDataset("toy", part(4), part(3), 10, 0.5, 0.3)
 

@@ -52,7 +52,9 @@ def test_golden_stateful_layer(fname, sub):
     out, state = layer(x, state_in)
     torch.testing.assert_close(out.transpose(0, 1), c.get("output", base["output"]), rtol=0, atol=1e-10)
     shift_out = state - anchor
-    torch.testing.assert_close(shift_out, torch.cat([c["state_out"][k] for k in BLOCKS], -1), rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        shift_out, torch.cat([c["state_out"][k] for k in BLOCKS], -1), rtol=0, atol=1e-10
+    )
     sgw = torch.cat([c["state_grad_weight"][k] for k in BLOCKS], dim=-1)
     loss = (out.transpose(0, 1) * base["grad_out_weight"]).sum() + (shift_out * sgw).sum()
     loss.backward()

@@ -41,7 +41,9 @@ def test_golden_conv4_srwm_model_values_and_gradients():
         e = 8
         cols = slice(i * e, (i + 1) * e) if i < 3 else slice(3 * e, None)
         for layer in range(2):
-            expected = outp["state_after_support"][f"{key}.{layer}"] + model.seq_layers[layer].weight[..., cols]
+            expected = (
+                outp["state_after_support"][f"{key}.{layer}"] + model.seq_layers[layer].weight[..., cols]
+            )
             torch.testing.assert_close(state[layer][..., cols], expected, rtol=0, atol=1e-10)
     gw = g["grad_weights"]
     loss = (_bt(logits_s) * gw["logits_support"]).sum() + (_bt(logits_q) * gw["logits_query"]).sum()
@@ -56,7 +58,9 @@ def test_golden_conv4_srwm_model_values_and_gradients():
 
 def _tiny_model(**kw):
     torch.manual_seed(0)
-    return InContextClassifier(Conv4(1, 8, image_size=16), 3, d_model=12, num_layers=2, num_heads=3, d_ff=24, **kw)
+    return InContextClassifier(
+        Conv4(1, 8, image_size=16), 3, d_model=12, num_layers=2, num_heads=3, d_ff=24, **kw
+    )
 
 
 def test_state_carried_across_calls_equals_one_call_with_gradients():

@@ -103,13 +103,17 @@ def test_golden_recurrence(name, op):
     weight = torch.zeros(x.shape[2], e, 3 * e + 4, dtype=x.dtype)  # unused: initial_state given
     y, fs = op(x, weight, initial_state=w0, output_final_state=True)
     torch.testing.assert_close(y.permute(0, 2, 1, 3), case["y"], rtol=0, atol=1e-10)
-    torch.testing.assert_close(fs, pack_srwm_blocks(*(case["W_final"][k] for k in blocks)), rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        fs, pack_srwm_blocks(*(case["W_final"][k] for k in blocks)), rtol=0, atol=1e-10
+    )
     gw = pack_srwm_blocks(*(case["grad_W_final_weight"][k] for k in blocks))
     loss = (y.permute(0, 2, 1, 3) * case["grad_y_weight"]).sum() + (fs * gw).sum()
     torch.testing.assert_close(loss, case["loss"], rtol=1e-12, atol=1e-10)
     gx, gw0 = torch.autograd.grad(loss, (x, w0))
     torch.testing.assert_close(gx.permute(0, 2, 1, 3), case["grad_x"], rtol=0, atol=1e-10)
-    torch.testing.assert_close(gw0, pack_srwm_blocks(*(case["grad_W0"][k] for k in blocks)), rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        gw0, pack_srwm_blocks(*(case["grad_W0"][k] for k in blocks)), rtol=0, atol=1e-10
+    )
 
 
 def test_golden_recurrence_fp32():

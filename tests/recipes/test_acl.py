@@ -14,14 +14,24 @@ from fastweights.recipes.acl_config import ACLConfig
 
 
 def _cfg(tmp_path, *overrides):
-    return load_config(ACLConfig, preset_path("acl", "smoke"), [f"data.cache_dir={tmp_path / 'cache'}", *overrides])
+    return load_config(
+        ACLConfig, preset_path("acl", "smoke"), [f"data.cache_dir={tmp_path / 'cache'}", *overrides]
+    )
 
 
 def test_cli_train_then_eval_writes_run_folder(tmp_path):
     run = tmp_path / "run"
-    rc = main(["acl", "train", "--preset", "smoke", "--run-dir", str(run), f"data.cache_dir={tmp_path / 'cache'}"])
+    rc = main(
+        ["acl", "train", "--preset", "smoke", "--run-dir", str(run), f"data.cache_dir={tmp_path / 'cache'}"]
+    )
     assert rc == 0
-    for name in ("config.yaml", "command.txt", "metrics.jsonl", "checkpoints/latest.pt", "checkpoints/best.pt"):
+    for name in (
+        "config.yaml",
+        "command.txt",
+        "metrics.jsonl",
+        "checkpoints/latest.pt",
+        "checkpoints/best.pt",
+    ):
         assert (run / name).exists(), name
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [3, 6]
@@ -58,7 +68,9 @@ def test_resume_continues_exactly(tmp_path):
         torch.testing.assert_close(v, b["model"][k], rtol=0, atol=0, msg=k)
 
 
-@pytest.mark.parametrize("flag", ["train.acl_loss=false", "train.first_shot_loss=true", "train.online_weight=0.5"])
+@pytest.mark.parametrize(
+    "flag", ["train.acl_loss=false", "train.first_shot_loss=true", "train.online_weight=0.5"]
+)
 def test_loss_variants_train(tmp_path, flag):
     summary = acl.train(_cfg(tmp_path, "train.max_steps=2", flag), tmp_path / "run")
     assert summary["step"] == 2 and 0.0 <= summary["val_acc"] <= 1.0
@@ -66,7 +78,12 @@ def test_loss_variants_train(tmp_path, flag):
 
 def test_curriculum_stages_are_used(tmp_path):
     acl.train(
-        _cfg(tmp_path, "train.max_steps=3", "train.val_every_steps=1", "train.curriculum=[{until_step: 2, n_way: 2, k_shot: 1}]"),
+        _cfg(
+            tmp_path,
+            "train.max_steps=3",
+            "train.val_every_steps=1",
+            "train.curriculum=[{until_step: 2, n_way: 2, k_shot: 1}]",
+        ),
         tmp_path / "run",
     )
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -38,7 +38,11 @@ class TaskTensors:
 
 
 def to_model_images(
-    images: np.ndarray, mean: float, std: float, device: torch.device | str, dtype: torch.dtype = torch.float32
+    images: np.ndarray,
+    mean: float,
+    std: float,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """uint8 ``[..., S, S]`` → normalised ``[..., 1, S, S]`` (``dtype``, default float32) on ``device``."""
     t = torch.from_numpy(np.ascontiguousarray(images)).to(device=device, dtype=dtype)
@@ -152,7 +156,10 @@ def acl_loss(
     loss = torch.stack(losses).mean()
     if online:
         online_ce = torch.stack(
-            [F.cross_entropy(ol.flatten(0, 1), t.support_labels.flatten()) for ol, t in zip(online, tasks, strict=True)]
+            [
+                F.cross_entropy(ol.flatten(0, 1), t.support_labels.flatten())
+                for ol, t in zip(online, tasks, strict=True)
+            ]
         ).mean()
         loss = loss + online_weight * online_ce
     return loss, accs

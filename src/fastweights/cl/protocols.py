@@ -91,7 +91,9 @@ def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, flo
 
 
 @torch.no_grad()
-def _features(model: InContextClassifier, images: np.ndarray, mean: float, std: float, device, batch: int = 1000):
+def _features(
+    model: InContextClassifier, images: np.ndarray, mean: float, std: float, device, batch: int = 1000
+):
     dtype = next(model.parameters()).dtype
     chunks = [
         model.embed(to_model_images(images[i : i + batch], mean, std, device, dtype))
@@ -146,7 +148,9 @@ def evaluate_split_benchmark(
         names = [t.name for t in tasks]
         if query_feats is None:  # the queries are the same test images in every run
             query_feats = [_features(model, t.query_images, dataset.mean, dataset.std, device) for t in tasks]
-        support = _features(model, np.concatenate([t.support_images for t in tasks]), dataset.mean, dataset.std, device)
+        support = _features(
+            model, np.concatenate([t.support_images for t in tasks]), dataset.mean, dataset.std, device
+        )
         support = torch.split(support, [len(t.support_images) for t in tasks])
         R = np.zeros((len(tasks), len(tasks)))
         state = None

@@ -51,7 +51,8 @@ class InContextClassifier(nn.Module):
         self.backbone, self.num_classes = backbone, num_classes
         self.input_proj = nn.Linear(backbone.feature_dim + num_classes + 1, d_model)
         self.seq_layers = nn.ModuleList(
-            make_sequence_layer(sequence_layer, d_model, num_heads, dropout=dropout) for _ in range(num_layers)
+            make_sequence_layer(sequence_layer, d_model, num_heads, dropout=dropout)
+            for _ in range(num_layers)
         )
         self.ff_layers = nn.ModuleList(FeedForward(d_model, d_ff, dropout) for _ in range(num_layers))
         self.out_layer = nn.Linear(d_model, num_classes)

@@ -175,7 +175,9 @@ def srwm_with_reads(
     """
     check_srwm_inputs(x, weight, initial_state)
     if not isinstance(x_read, Tensor) or x_read.shape != x.shape or x_read.dtype != x.dtype:
-        raise ValueError(f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {_describe(x_read)}")
+        raise ValueError(
+            f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {_describe(x_read)}"
+        )
     y, y_read, w = _fused_loop(x, x_read, _initial_weights(x, weight, initial_state))
     assert y_read is not None
     return y, y_read, w

@@ -113,7 +113,9 @@ def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, dev
     return out
 
 
-def train(cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str | None = None) -> dict[str, Any]:
+def train(
+    cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
     Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
@@ -131,7 +133,9 @@ def train(cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str |
     run_dir = Path(run_dir)
     ckpt = CheckpointManager(run_dir)
     if ckpt.exists("latest") and not resume:
-        raise FileExistsError(f"run_dir: {run_dir} already holds a run; pass --resume or choose another folder")
+        raise FileExistsError(
+            f"run_dir: {run_dir} already holds a run; pass --resume or choose another folder"
+        )
     if resume and (run_dir / "config.yaml").exists():
         cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
         t = cfg.train
@@ -220,7 +224,9 @@ def train(cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str |
             elapsed = time.monotonic() - start
             loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
             bar.update(1)
-            bar.set_postfix(loss=f"{loss_ema:.3f}", way=n_way, shot=k_shot, val=last_val.get("val_acc", float("nan")))
+            bar.set_postfix(
+                loss=f"{loss_ema:.3f}", way=n_way, shot=k_shot, val=last_val.get("val_acc", float("nan"))
+            )
             done = step >= t.max_steps or time.monotonic() - start >= budget
             if step % t.val_every_steps == 0 or done:
                 last_val = _validate(model, val_sampler, t, t.val_episodes, device)
@@ -277,7 +283,9 @@ def evaluate(
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
-        raise FileNotFoundError(f"run_dir: expected {run_dir}/config.yaml (a folder written by `fastweights acl train`)")
+        raise FileNotFoundError(
+            f"run_dir: expected {run_dir}/config.yaml (a folder written by `fastweights acl train`)"
+        )
     cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
     if overrides:
         from omegaconf import OmegaConf
@@ -319,7 +327,9 @@ def evaluate(
             "steps": state["step"],
             "train_minutes": state["elapsed_seconds"] / 60,
             "acl_loss": cfg.train.acl_loss,
-            "command": (run_dir / "command.txt").read_text().strip() if (run_dir / "command.txt").exists() else "",
+            "command": (run_dir / "command.txt").read_text().strip()
+            if (run_dir / "command.txt").exists()
+            else "",
             "eval_command": command or "",
         },
         "fewshot": {

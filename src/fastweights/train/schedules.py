@@ -7,7 +7,9 @@ from collections.abc import Callable
 __all__ = ["lr_multiplier"]
 
 
-def lr_multiplier(schedule: str, *, warmup_steps: int, base_lr: float, d_model: int) -> Callable[[int], float]:
+def lr_multiplier(
+    schedule: str, *, warmup_steps: int, base_lr: float, d_model: int
+) -> Callable[[int], float]:
     """Return ``f(step) -> multiplier of base_lr``.
 
     - ``"constant"``: linear warm-up over ``warmup_steps`` then constant.
