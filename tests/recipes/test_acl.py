@@ -97,3 +97,27 @@ def test_cli_reports_bad_preset_and_override(tmp_path, capsys):
     assert "nope" in capsys.readouterr().err
     assert main(["acl", "eval", str(tmp_path / "missing")]) == 2
     assert "config.yaml" in capsys.readouterr().err
+
+
+def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path):
+    acl.train(_cfg(tmp_path, "train.max_steps=2"), tmp_path / "base")
+    ckpt = tmp_path / "base" / "checkpoints" / "latest.pt"
+    cfg = _cfg(
+        tmp_path,
+        f"train.init_from={ckpt}",
+        "train.num_tasks=5",
+        "train.n_way=2",
+        "train.label_space=2",
+        "train.max_steps=1",
+        "train.lr=0.0",
+    )
+    acl.train(cfg, tmp_path / "ft")
+    base = torch.load(ckpt, weights_only=False)["model"]
+    ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)["model"]
+    for k, v in base.items():  # lr 0: the finetuned weights are exactly the loaded ones
+        torch.testing.assert_close(ft[k], v, rtol=0, atol=0, msg=k)
+
+
+def test_n_way_larger_than_model_outputs_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="model.num_classes"):
+        acl.train(_cfg(tmp_path, "train.n_way=6"), tmp_path / "run")

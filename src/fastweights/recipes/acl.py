@@ -64,7 +64,7 @@ def build_model(cfg: ACLConfig) -> InContextClassifier:
     )
     return InContextClassifier(
         backbone,
-        cfg.train.n_way,
+        m.num_classes,
         d_model=m.d_model,
         num_layers=m.num_layers,
         num_heads=m.num_heads,
@@ -141,6 +141,11 @@ def train(
         t = cfg.train
     if t.num_tasks < 1:
         raise ValueError(f"train.num_tasks: expected >= 1, got {t.num_tasks}")
+    if max([t.n_way, t.label_space] + [s.n_way for s in t.curriculum]) > cfg.model.num_classes:
+        raise ValueError(
+            f"train.n_way / train.label_space / curriculum n_way: expected <= model.num_classes="
+            f"{cfg.model.num_classes}, got {t.n_way} / {t.label_space} / {[s.n_way for s in t.curriculum]}"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
     if command:
@@ -155,6 +160,10 @@ def train(
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
     model = build_model(cfg).to(device)
+    if t.init_from and not resume:
+        init = torch.load(t.init_from, map_location=device, weights_only=False)
+        model.load_state_dict(init["model"])
+        log.info("initialised the model from %s (step %s)", t.init_from, init.get("step"))
     opt = torch.optim.Adam(model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lr_multiplier(t.schedule, warmup_steps=t.warmup_steps, base_lr=t.lr, d_model=cfg.model.d_model)
@@ -205,7 +214,7 @@ def train(
                 n_way=n_way,
                 k_shot=k_shot,
                 n_query=t.n_query,
-                label_space=t.n_way,
+                label_space=t.label_space or cfg.model.num_classes,
                 first_shot=t.first_shot_loss,
             )
             tasks = embed_tasks(model, batches, train_sampler.pool.mean, train_sampler.pool.std, device)

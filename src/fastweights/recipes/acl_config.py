@@ -24,6 +24,7 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     sequence_layer: str = "srwm"
+    num_classes: int = 5  # output units N (labels 0..N-1; N is the "unknown" query label)
     d_model: int = 256
     num_layers: int = 2
     num_heads: int = 16
@@ -50,6 +51,8 @@ class TrainConfig:
     n_way: int = 5
     k_shot: int = 5
     n_query: int = 1  # queries per class per task; each is an independent read of the state
+    label_space: int = 0  # labels of a task are drawn from 0..label_space-1; 0 = model.num_classes
+    init_from: str = ""  # checkpoint whose model weights initialise this run (meta-finetuning, spec §4.4)
     num_tasks: int = 2
     batch_size: int = 16
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
