@@ -81,3 +81,31 @@ def test_online_and_first_shot_terms_change_the_loss():
     no_fs = embed_tasks(model, [_batch(rng) for _ in range(2)], 0.5, 0.25, "cpu")
     with pytest.raises(ValueError, match="first_shot"):
         acl_loss(model, no_fs, first_shot=True)
+
+
+def test_synthetic_feature_tasks_shapes_labels_and_reproducibility():
+    from fastweights.cl.objective import synthetic_feature_tasks
+
+    kw = dict(batch_size=3, num_tasks=2, n_way=2, k_shot=4, n_query=3, feature_dim=8, label_space=5)
+    a = synthetic_feature_tasks(torch.Generator().manual_seed(0), **kw)
+    b = synthetic_feature_tasks(torch.Generator().manual_seed(0), **kw)
+    assert len(a) == 2
+    for ta, tb in zip(a, b, strict=True):
+        assert ta.support_features.shape == (3, 8, 8) and ta.query_features.shape == (3, 6, 8)
+        assert torch.equal(ta.support_features, tb.support_features)
+        assert (ta.support_features >= 0).all()
+        for row in range(3):
+            labels = set(ta.support_labels[row].tolist())
+            assert len(labels) == 2 and labels <= set(range(5))  # 2 classes mapped into 0..4
+            assert set(ta.query_labels[row].tolist()) == labels
+            for lab in labels:  # K demos per class, Q queries per class
+                assert (ta.support_labels[row] == lab).sum() == 4 and (ta.query_labels[row] == lab).sum() == 3
+    # examples of the same class are closer to each other than to the other class
+    t = a[0]
+    f, y = t.support_features[0], t.support_labels[0]
+    d = torch.cdist(f, f)
+    same = d[y[:, None] == y[None, :]].sum() / ((y[:, None] == y[None, :]).sum() - len(y))
+    diff = d[y[:, None] != y[None, :]].mean()
+    assert same < diff
+    c = synthetic_feature_tasks(torch.Generator().manual_seed(1), **kw)
+    assert not torch.equal(c[0].support_features, a[0].support_features)

@@ -55,8 +55,8 @@ def test_train_refuses_existing_run_without_resume(tmp_path):
 
 def test_resume_continues_exactly(tmp_path):
     """4 steps + resume to 6 steps gives the same weights as 6 uninterrupted steps."""
-    acl.train(_cfg(tmp_path, "train.max_steps=6"), tmp_path / "one")
-    acl.train(_cfg(tmp_path, "train.max_steps=4"), tmp_path / "two")
+    acl.train(_cfg(tmp_path, "train.max_steps=6", "train.synthetic_steps=2"), tmp_path / "one")
+    acl.train(_cfg(tmp_path, "train.max_steps=4", "train.synthetic_steps=2"), tmp_path / "two")
     # the resumed run reads its saved config; raise its step budget the way a user would
     cfg_path = tmp_path / "two" / "config.yaml"
     cfg_path.write_text(cfg_path.read_text().replace("max_steps: 4", "max_steps: 6"))

@@ -22,7 +22,7 @@ from fastweights.models.in_context import InContextClassifier
 if TYPE_CHECKING:
     from fastweights.data.episodes import EpisodeBatch
 
-__all__ = ["TaskTensors", "embed_tasks", "sequence_query_logits", "acl_loss", "to_model_images"]
+__all__ = ["TaskTensors", "embed_tasks", "synthetic_feature_tasks", "sequence_query_logits", "acl_loss", "to_model_images"]
 
 
 @dataclass
@@ -85,6 +85,48 @@ def embed_tasks(
         fl = labels(eb.first_shot_labels) if eb.first_shot_labels is not None else None
         out.append(TaskTensors(sf, labels(eb.support_labels), qf, labels(eb.query_labels), ff, fl))
     return out
+
+
+def synthetic_feature_tasks(
+    generator: torch.Generator,
+    *,
+    batch_size: int,
+    num_tasks: int,
+    n_way: int,
+    k_shot: int,
+    n_query: int,
+    feature_dim: int,
+    label_space: int,
+    noise: float = 0.5,
+    device: torch.device | str = "cpu",
+) -> list[TaskTensors]:
+    """Few-shot tasks in *feature space*: every class is a fresh random prototype
+    ``relu(N(0, I_F))`` and every example is ``relu(prototype_pre + noise · N(0, I_F))``.
+
+    A curriculum stage of this library (not of the reference): it lets the sequence learner acquire
+    in-context label binding without the cost of the vision backbone, whose features it replaces.
+    Labels: a random injection of the ``n_way`` classes into ``0..label_space-1`` per task; demos are
+    randomly interleaved; queries are fresh examples (``n_query`` per class).
+
+    Returns:
+        ``num_tasks`` :class:`TaskTensors` with float32 features ``[B, *, feature_dim]``.
+    """
+    b, f = batch_size, feature_dim
+    tasks = []
+    for _ in range(num_tasks):
+        protos = torch.randn(b, n_way, f, generator=generator)
+        labels = torch.argsort(torch.rand(b, label_space, generator=generator), dim=1)[:, :n_way]
+
+        def draw(per_class: int) -> tuple[Tensor, Tensor]:
+            order = torch.argsort(torch.rand(b, n_way * per_class, generator=generator), dim=1) % n_way
+            pre = protos.gather(1, order.unsqueeze(-1).expand(-1, -1, f))
+            feats = torch.relu(pre + noise * torch.randn(pre.shape, generator=generator))
+            return feats.to(device), labels.gather(1, order).to(device)
+
+        sf, sl = draw(k_shot)
+        qf, ql = draw(n_query)
+        tasks.append(TaskTensors(sf, sl, qf, ql))
+    return tasks
 
 
 def sequence_query_logits(

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fastweights.cl.objective import acl_loss, embed_tasks
+from fastweights.cl.objective import acl_loss, embed_tasks, synthetic_feature_tasks
 from fastweights.cl.protocols import evaluate_split_benchmark, evaluate_task_pairs, summarize_task_pairs
 from fastweights.config import config_from_yaml, config_to_yaml
 from fastweights.data.episodes import EpisodeSampler
@@ -155,6 +155,7 @@ def train(
     device = resolve_device(cfg.device)
     torch.manual_seed(t.seed)
     rng = np.random.default_rng(t.seed)
+    synth_gen = torch.Generator().manual_seed(t.seed)
 
     pools = load_glyph_pools(cfg.data)
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
@@ -178,6 +179,7 @@ def train(
         step, elapsed, best = state["step"], state["elapsed_seconds"], state["best"]
         restore_rng_state(state["rng"])
         rng.bit_generator.state = state["sampler_rng"]
+        synth_gen.set_state(state["synthetic_rng"])
         last_val = state.get("last_val", {})
         log.info("resumed %s at step %d (%.1f min)", run_dir, step, elapsed / 60)
 
@@ -192,6 +194,7 @@ def train(
                 "best": best,
                 "rng": capture_rng_state(),
                 "sampler_rng": rng.bit_generator.state,
+                "synthetic_rng": synth_gen.get_state(),
                 "last_val": last_val,
                 "config": asdict(cfg),
             },
@@ -207,17 +210,32 @@ def train(
     try:
         while step < t.max_steps and time.monotonic() - start < budget:
             n_way, k_shot = _stage(t, step)
-            batches = train_sampler.sample(
-                rng,
-                batch_size=t.batch_size,
-                num_tasks=t.num_tasks,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                label_space=t.label_space or cfg.model.num_classes,
-                first_shot=t.first_shot_loss,
-            )
-            tasks = embed_tasks(model, batches, train_sampler.pool.mean, train_sampler.pool.std, device)
+            label_space = t.label_space or cfg.model.num_classes
+            if step < t.synthetic_steps:
+                tasks = synthetic_feature_tasks(
+                    synth_gen,
+                    batch_size=t.batch_size,
+                    num_tasks=t.num_tasks,
+                    n_way=n_way,
+                    k_shot=k_shot,
+                    n_query=t.n_query,
+                    feature_dim=model.backbone.feature_dim,
+                    label_space=label_space,
+                    noise=t.synthetic_noise,
+                    device=device,
+                )
+            else:
+                batches = train_sampler.sample(
+                    rng,
+                    batch_size=t.batch_size,
+                    num_tasks=t.num_tasks,
+                    n_way=n_way,
+                    k_shot=k_shot,
+                    n_query=t.n_query,
+                    label_space=label_space,
+                    first_shot=t.first_shot_loss,
+                )
+                tasks = embed_tasks(model, batches, train_sampler.pool.mean, train_sampler.pool.std, device)
             loss, accs = acl_loss(
                 model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
             )

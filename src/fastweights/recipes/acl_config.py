@@ -57,6 +57,8 @@ class TrainConfig:
     batch_size: int = 16
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
     first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default
+    synthetic_steps: int = 0  # first steps on synthetic feature-space tasks (no backbone); 0 = off
+    synthetic_noise: float = 0.5
     online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
     lr: float = 1e-3
     warmup_steps: int = 100
