@@ -9,9 +9,14 @@ $(VENV)/.installed: requirements.txt pyproject.toml scripts/setup.sh
 
 setup: $(VENV)/.installed
 
+PRETRAINED ?= pretrained/acl-standard
+
 demo: setup
 	$(VENV)/bin/fastweights acl train --preset quick --run-dir $(RUN_DIR) --resume --eval
-	@echo "Report: $(RUN_DIR)/report.md"
+	@if [ -f $(PRETRAINED)/checkpoints/best.pt ]; then \
+	  $(VENV)/bin/fastweights acl eval $(PRETRAINED) --out runs/acl-standard-pretrained; \
+	  echo "Shipped standard model: runs/acl-standard-pretrained/report.md"; fi
+	@echo "Quick run: $(RUN_DIR)/report.md"
 
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks

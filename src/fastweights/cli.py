@@ -24,14 +24,27 @@ def _parser() -> argparse.ArgumentParser:
     ev = verbs.add_parser("eval", help="evaluate a run folder (results.json, report.md, plots/)")
     ev.add_argument("run_dir", type=Path)
     ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    ev.add_argument("--out", type=Path, default=None, help="write results/report here (default: RUN_DIR)")
     ev.add_argument(
         "overrides", nargs="*", help="key=value overrides of the eval section, e.g. eval.split_runs=2"
     )
+    ex = verbs.add_parser("export", help="slim copy of a run (model weights + config) for sharing")
+    ex.add_argument("run_dir", type=Path)
+    ex.add_argument("out_dir", type=Path)
+    ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if hasattr(args, "overrides"):  # key=value items may also follow options such as --out
+        bad = [a for a in extra if "=" not in a or a.startswith("-")]
+        if bad:
+            parser.error(f"unrecognized arguments: {' '.join(bad)}")
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from fastweights.config import load_config, preset_path
     from fastweights.recipes import acl
@@ -47,11 +60,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.eval:
                 acl.evaluate(run_dir, command=acl.command_line())
                 print(f"report: {run_dir / 'report.md'}")
+        elif args.verb == "export":
+            path = acl.export(args.run_dir, args.out_dir, which=args.checkpoint)
+            print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB)")
         else:
+            out = args.out or args.run_dir
             acl.evaluate(
-                args.run_dir, which=args.checkpoint, overrides=args.overrides, command=acl.command_line()
+                args.run_dir,
+                which=args.checkpoint,
+                overrides=args.overrides,
+                command=acl.command_line(),
+                out_dir=out,
             )
-            print(f"report: {args.run_dir / 'report.md'}")
+            print(f"report: {out / 'report.md'}")
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"fastweights: error: {err}", file=sys.stderr)
         return 2

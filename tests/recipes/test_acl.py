@@ -121,3 +121,17 @@ def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path):
 def test_n_way_larger_than_model_outputs_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="model.num_classes"):
         acl.train(_cfg(tmp_path, "train.n_way=6"), tmp_path / "run")
+
+
+def test_export_then_eval_into_another_folder(tmp_path):
+    run = tmp_path / "run"
+    acl.train(_cfg(tmp_path, "train.max_steps=2"), run)
+    assert main(["acl", "export", str(run), str(tmp_path / "shipped")]) == 0
+    slim = torch.load(tmp_path / "shipped" / "checkpoints" / "best.pt", weights_only=False)
+    assert set(slim) == {"model", "step", "elapsed_seconds", "best"}
+    assert not (tmp_path / "shipped" / "checkpoints" / "latest.pt").exists()
+    out = tmp_path / "out"
+    assert main(["acl", "eval", str(tmp_path / "shipped"), "--out", str(out), "eval.split_benchmarks=[digits]"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["split"]) == ["Split-Digits/domain"] and (out / "report.md").exists()
+    assert not (tmp_path / "shipped" / "results.json").exists()

@@ -39,7 +39,7 @@ from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, r
 from fastweights.train.io import JsonlLogger, atomic_write_json, atomic_write_text
 from fastweights.train.schedules import lr_multiplier
 
-__all__ = ["train", "evaluate", "build_model", "load_glyph_pools", "resolve_device"]
+__all__ = ["train", "evaluate", "export", "build_model", "load_glyph_pools", "resolve_device"]
 
 log = logging.getLogger(__name__)
 
@@ -301,9 +301,15 @@ def _split_datasets(cfg: ACLConfig) -> dict[str, SplitDataset]:
 
 
 def evaluate(
-    run_dir: Path, *, which: str = "best", overrides: list[str] | None = None, command: str | None = None
+    run_dir: Path,
+    *,
+    which: str = "best",
+    overrides: list[str] | None = None,
+    command: str | None = None,
+    out_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the ``which`` checkpoint of ``run_dir``; writes ``results.json``, ``report.md``, plots.
+    """Evaluate the ``which`` checkpoint of ``run_dir``; writes ``results.json``, ``report.md`` and
+    ``plots/`` into ``out_dir`` (default: ``run_dir``; the training log is copied there for the curve).
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
@@ -385,9 +391,33 @@ def evaluate(
                 model, ds, k_shot=e.split_k_shot, runs=e.split_runs, scenario=scenario, device=device
             )
     results["run"]["eval_minutes"] = (time.monotonic() - t0) / 60
-    atomic_write_json(run_dir / "results.json", results)
-    write_report(results, run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir != run_dir and (run_dir / "metrics.jsonl").exists():
+        atomic_write_text(out_dir / "metrics.jsonl", (run_dir / "metrics.jsonl").read_text())
+    atomic_write_json(out_dir / "results.json", results)
+    write_report(results, out_dir)
     return results
+
+
+def export(run_dir: Path, out_dir: Path, *, which: str = "best") -> Path:
+    """Write a slim, shareable copy of a run: ``config.yaml``, ``command.txt``, ``metrics.jsonl`` and
+    ``checkpoints/best.pt`` holding only the model weights and training step/time (no optimiser).
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no such checkpoint.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
+    if state is None:
+        raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
+    for name in ("config.yaml", "command.txt", "metrics.jsonl"):
+        if (run_dir / name).exists():
+            atomic_write_text(out_dir / name, (run_dir / name).read_text())
+    slim = {k: state[k] for k in ("model", "step", "elapsed_seconds", "best")}
+    CheckpointManager(out_dir).save(slim, is_best=True)
+    (out_dir / "checkpoints" / "latest.pt").unlink(missing_ok=True)
+    return out_dir / "checkpoints" / "best.pt"
 
 
 def command_line() -> str:
