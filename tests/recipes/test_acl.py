@@ -131,7 +131,8 @@ def test_export_then_eval_into_another_folder(tmp_path):
     assert set(slim) == {"model", "step", "elapsed_seconds", "best"}
     assert not (tmp_path / "shipped" / "checkpoints" / "latest.pt").exists()
     out = tmp_path / "out"
-    assert main(["acl", "eval", str(tmp_path / "shipped"), "--out", str(out), "eval.split_benchmarks=[digits]"]) == 0
+    args = ["acl", "eval", str(tmp_path / "shipped"), "--out", str(out), "eval.split_benchmarks=[digits]"]
+    assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
     assert list(results["split"]) == ["Split-Digits/domain"] and (out / "report.md").exists()
     assert not (tmp_path / "shipped" / "results.json").exists()

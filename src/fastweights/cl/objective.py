@@ -22,7 +22,14 @@ from fastweights.models.in_context import InContextClassifier
 if TYPE_CHECKING:
     from fastweights.data.episodes import EpisodeBatch
 
-__all__ = ["TaskTensors", "embed_tasks", "synthetic_feature_tasks", "sequence_query_logits", "acl_loss", "to_model_images"]
+__all__ = [
+    "TaskTensors",
+    "embed_tasks",
+    "synthetic_feature_tasks",
+    "sequence_query_logits",
+    "acl_loss",
+    "to_model_images",
+]
 
 
 @dataclass
@@ -112,20 +119,18 @@ def synthetic_feature_tasks(
         ``num_tasks`` :class:`TaskTensors` with float32 features ``[B, *, feature_dim]``.
     """
     b, f = batch_size, feature_dim
+
+    def draw(protos: Tensor, labels: Tensor, per_class: int) -> tuple[Tensor, Tensor]:
+        order = torch.argsort(torch.rand(b, n_way * per_class, generator=generator), dim=1) % n_way
+        pre = protos.gather(1, order.unsqueeze(-1).expand(-1, -1, f))
+        feats = torch.relu(pre + noise * torch.randn(pre.shape, generator=generator))
+        return feats.to(device), labels.gather(1, order).to(device)
+
     tasks = []
     for _ in range(num_tasks):
         protos = torch.randn(b, n_way, f, generator=generator)
         labels = torch.argsort(torch.rand(b, label_space, generator=generator), dim=1)[:, :n_way]
-
-        def draw(per_class: int) -> tuple[Tensor, Tensor]:
-            order = torch.argsort(torch.rand(b, n_way * per_class, generator=generator), dim=1) % n_way
-            pre = protos.gather(1, order.unsqueeze(-1).expand(-1, -1, f))
-            feats = torch.relu(pre + noise * torch.randn(pre.shape, generator=generator))
-            return feats.to(device), labels.gather(1, order).to(device)
-
-        sf, sl = draw(k_shot)
-        qf, ql = draw(n_query)
-        tasks.append(TaskTensors(sf, sl, qf, ql))
+        tasks.append(TaskTensors(*draw(protos, labels, k_shot), *draw(protos, labels, n_query)))
     return tasks
 
 
