@@ -32,6 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("run_dir", type=Path)
     ex.add_argument("out_dir", type=Path)
     ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    cu = verbs.add_parser("curves", help="plot validation accuracy vs wall-clock minutes of several runs")
+    cu.add_argument("run_dirs", type=Path, nargs="+")
+    cu.add_argument("--out", type=Path, required=True, help="output PNG")
+    cu.add_argument("--labels", default=None, help="comma-separated legend labels (default: folder names)")
+    cu.add_argument("--key", default="val_acc", help="metrics.jsonl field to plot (default val_acc = A|A)")
     return p
 
 
@@ -60,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.eval:
                 acl.evaluate(run_dir, command=acl.command_line())
                 print(f"report: {run_dir / 'report.md'}")
+        elif args.verb == "curves":
+            labels = args.labels.split(",") if args.labels else None
+            print(acl.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key))
         elif args.verb == "export":
             path = acl.export(args.run_dir, args.out_dir, which=args.checkpoint)
             print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -136,3 +136,12 @@ def test_export_then_eval_into_another_folder(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert list(results["split"]) == ["Split-Digits/domain"] and (out / "report.md").exists()
     assert not (tmp_path / "shipped" / "results.json").exists()
+
+
+def test_curves_plot_several_runs(tmp_path):
+    for name in ("a", "b"):
+        acl.train(_cfg(tmp_path, "train.max_steps=2", "train.val_every_steps=1"), tmp_path / name)
+    out = tmp_path / "curves.png"
+    assert main(["acl", "curves", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--labels", "x,y"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["acl", "curves", str(tmp_path / "a"), "--out", str(out), "--labels", "x,y"]) == 2

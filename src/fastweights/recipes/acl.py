@@ -34,12 +34,12 @@ from fastweights.data.sources.idx import load_idx_dataset
 from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
-from fastweights.recipes.report import write_report
+from fastweights.recipes.report import plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
-from fastweights.train.io import JsonlLogger, atomic_write_json, atomic_write_text
+from fastweights.train.io import JsonlLogger, atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.train.schedules import lr_multiplier
 
-__all__ = ["train", "evaluate", "export", "build_model", "load_glyph_pools", "resolve_device"]
+__all__ = ["train", "evaluate", "export", "compare_curves", "build_model", "load_glyph_pools", "resolve_device"]
 
 log = logging.getLogger(__name__)
 
@@ -418,6 +418,29 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best") -> Path:
     CheckpointManager(out_dir).save(slim, is_best=True)
     (out_dir / "checkpoints" / "latest.pt").unlink(missing_ok=True)
     return out_dir / "checkpoints" / "best.pt"
+
+
+def compare_curves(
+    run_dirs: list[Path], out: Path, *, labels: list[str] | None = None, key: str = "val_acc"
+) -> Path:
+    """Plot ``key`` (default: held-out validation accuracy A|A) against wall-clock training minutes
+    for several run folders in one PNG (``out``).
+
+    Raises:
+        FileNotFoundError: if a run folder has no ``metrics.jsonl``.
+        ValueError: if ``labels`` does not match ``run_dirs``.
+    """
+    labels = labels or [Path(d).name for d in run_dirs]
+    if len(labels) != len(run_dirs):
+        raise ValueError(f"labels: expected {len(run_dirs)} labels, got {len(labels)}")
+    curves = {}
+    for label, d in zip(labels, run_dirs, strict=True):
+        log_path = Path(d) / "metrics.jsonl"
+        if not log_path.exists():
+            raise FileNotFoundError(f"run_dirs: no {log_path}")
+        curves[label] = [(r["minutes"], r[key]) for r in read_jsonl(log_path) if key in r]
+    ylabel = "meta-validation accuracy A|A" if key == "val_acc" else key
+    return plot_learning_curves(curves, out, ylabel=ylabel, title=f"{ylabel} vs training wall-clock minutes")
 
 
 def command_line() -> str:
