@@ -9,7 +9,14 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-__all__ = ["CONFIG_DIR", "preset_path", "load_config", "config_to_yaml", "config_from_yaml"]
+__all__ = [
+    "CONFIG_DIR",
+    "preset_path",
+    "load_config",
+    "apply_overrides",
+    "config_to_yaml",
+    "config_from_yaml",
+]
 
 T = TypeVar("T")
 
@@ -44,11 +51,23 @@ def load_config(cls: type[T], yaml_path: Path | None = None, overrides: list[str
         merged = OmegaConf.structured(cls)
         if yaml_path is not None:
             merged = OmegaConf.merge(merged, OmegaConf.load(yaml_path))
-        if overrides:
-            bad = [o for o in overrides if "=" not in o]
-            if bad:
-                raise ValueError(f"overrides: expected key=value items, got {bad}")
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise ValueError(f"config: {err}") from err
+    return apply_overrides(cfg, overrides or [])  # type: ignore[return-value]
+
+
+def apply_overrides(cfg: T, overrides: list[str]) -> T:
+    """Return a copy of the config dataclass ``cfg`` with ``key=value`` overrides applied.
+
+    Raises:
+        ValueError: for unknown keys, values of the wrong type, or items without ``=``.
+    """
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ValueError(f"overrides: expected key=value items, got {bad}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
         raise ValueError(f"config: {err}") from err

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from fastweights.cl.objective import acl_loss, embed_tasks, synthetic_feature_tasks
 from fastweights.cl.protocols import evaluate_split_benchmark, evaluate_task_pairs, summarize_task_pairs
-from fastweights.config import config_from_yaml, config_to_yaml
+from fastweights.config import apply_overrides, config_from_yaml, config_to_yaml
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
@@ -39,7 +39,15 @@ from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, r
 from fastweights.train.io import JsonlLogger, atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.train.schedules import lr_multiplier
 
-__all__ = ["train", "evaluate", "export", "compare_curves", "build_model", "load_glyph_pools", "resolve_device"]
+__all__ = [
+    "train",
+    "evaluate",
+    "export",
+    "compare_curves",
+    "build_model",
+    "load_glyph_pools",
+    "resolve_device",
+]
 
 log = logging.getLogger(__name__)
 
@@ -321,10 +329,7 @@ def evaluate(
         )
     cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
     if overrides:
-        from omegaconf import OmegaConf
-
-        merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
-        cfg = OmegaConf.to_object(merged)  # type: ignore[assignment]
+        cfg = apply_overrides(cfg, overrides)
     state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
     if state is None:
         raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
