@@ -172,3 +172,44 @@ def test_with_reads_equals_reads_of_intermediate_states(with_state):
         torch.testing.assert_close(y_read[:, t], expected[:, 0], rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="x_read: expected shape"):
         srwm_with_reads(x, x_read[:, :2], w)
+
+
+def test_gradcheck_with_reads_tiny_fp64():
+    from fastweights.ops.srwm import srwm_with_reads
+
+    x, w, s = _random_case(b=1, t=3, h=2, e=2, state=True)
+    x_read = torch.randn_like(x)
+    for z in (x, x_read, s):
+        z.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda x, r, s: srwm_with_reads(x, r, w, initial_state=s), (x, x_read, s), eps=1e-6, atol=1e-7
+    )
+
+
+@pytest.mark.parametrize("t", [1, 15, 16, 17, 37, 64, 257])
+def test_fast_path_long_sequences_fp64(t):
+    """The reversal backward has no chunks: exact for any length, from the slow weights."""
+    x, w, _ = _random_case(b=1, t=t, h=2, e=4)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    gy = torch.randn(x.shape, dtype=x.dtype)
+    results = []
+    for op in OPS:
+        y, fs = op(x, w, output_final_state=True)
+        results.append((y, fs, torch.autograd.grad((y * gy).sum() + fs.sum(), (x, w))))
+    (y0, s0, g0), (y1, s1, g1) = results
+    torch.testing.assert_close(y0, y1, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(s0, s1, rtol=1e-10, atol=1e-10)
+    for a, b in zip(g0, g1, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_fast_path_does_not_modify_inputs_and_saves_no_weight_history():
+    x, w, s = _random_case(b=2, t=9, h=2, e=4, state=True)
+    s0 = s.clone()
+    s.requires_grad_(True)
+    y, fs = srwm(x, w, initial_state=s, output_final_state=True)
+    torch.testing.assert_close(s.detach(), s0, rtol=0, atol=0)
+    saved = [t for t in y.grad_fn.saved_tensors if t is not None]
+    # O(T*E) vectors plus one final matrix: nothing of size T*E*(3E+4) (the per-step weight history)
+    assert len(saved) >= 5 and all(t.numel() < 9 * 4 * 16 * 2 for t in saved)

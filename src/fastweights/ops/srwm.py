@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastweights.ops.srwm_autograd import srwm_fast_path
+
 __all__ = ["srwm", "srwm_reference", "srwm_read", "srwm_with_reads", "srwm_num_columns", "check_srwm_inputs"]
 
 
@@ -128,12 +130,14 @@ def srwm(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """SRWM recurrence with all four blocks fused into one matrix per head (spec ``srwm_acl.md`` §1.2).
+    """SRWM recurrence, fast path (spec ``srwm_acl.md`` §1.2 forward, §1.8 backward).
 
-    Same signature, semantics and errors as :func:`srwm_reference`; proven equal to it by the parity
-    tests. Per step it does one batched matmul ``x_t W`` for ``[y | q | k | beta]``, one for the four
-    difference vectors ``(q_t - k_t) W``, and one rank-1 update whose columns are scaled by the
-    learning rate of their block. Gradients come from autograd through the loop (exact).
+    Same signature, semantics and errors as :func:`srwm_reference`; proven equal to it (values and
+    gradients) by the parity tests. All four blocks are fused into one matrix per head: per step one
+    batched matmul ``x_t W`` for ``[y | q | k | beta]``, one for the four difference vectors
+    ``(q_t - k_t) W`` and one rank-1 update whose columns are scaled by their block's learning rate.
+    The backward is a custom autograd Function that recovers ``W_{t-1}`` by reversing the updates
+    (``ops.srwm_autograd``): saved memory O(T·E) per head, any T, carried-state gradient counted once.
 
     Args:
         x: ``[B, T, H, E]`` float input.
@@ -145,7 +149,7 @@ def srwm(
         ``(y [B, T, H, E], state [B, H, E, 3E+4] or None)``.
     """
     check_srwm_inputs(x, weight, initial_state)
-    y, _, w = _fused_loop(x, None, _initial_weights(x, weight, initial_state))
+    y, _, w = srwm_fast_path(x, None, _initial_weights(x, weight, initial_state))
     return y, (w if output_final_state else None)
 
 
@@ -178,30 +182,9 @@ def srwm_with_reads(
         raise ValueError(
             f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {_describe(x_read)}"
         )
-    y, y_read, w = _fused_loop(x, x_read, _initial_weights(x, weight, initial_state))
+    y, y_read, w = srwm_fast_path(x, x_read, _initial_weights(x, weight, initial_state))
     assert y_read is not None
     return y, y_read, w
-
-
-def _fused_loop(x: Tensor, x_read: Tensor | None, w: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
-    e = x.shape[-1]
-    # column -> index of the learning rate that scales it: y->0, q->1, k->2, beta->3
-    rate_index = torch.repeat_interleave(
-        torch.arange(4, device=x.device), torch.tensor([e, e, e, 4], device=x.device)
-    )
-    outputs, reads = [], []
-    for t in range(x.shape[1]):
-        if x_read is not None:
-            reads.append(torch.matmul(x_read[:, t].unsqueeze(-2), w[..., :e]).squeeze(-2))
-        proj = torch.matmul(x[:, t].unsqueeze(-2), w).squeeze(-2)  # [B, H, 3E+4]
-        outputs.append(proj[..., :e])
-        q = torch.softmax(proj[..., e : 2 * e], dim=-1)
-        k = torch.softmax(proj[..., 2 * e : 3 * e], dim=-1)
-        beta = torch.sigmoid(proj[..., 3 * e :])
-        diff = torch.matmul((q - k).unsqueeze(-2), w)  # [B, H, 1, 3E+4]
-        w = w + k.unsqueeze(-1) * (diff * beta[..., rate_index].unsqueeze(-2))
-    y_read = torch.stack(reads, dim=1) if x_read is not None else None
-    return torch.stack(outputs, dim=1), y_read, w
 
 
 def srwm_read(x: Tensor, weight: Tensor, *, state: Tensor | None = None) -> Tensor:
