@@ -142,6 +142,7 @@ def test_curves_plot_several_runs(tmp_path):
     for name in ("a", "b"):
         acl.train(_cfg(tmp_path, "train.max_steps=2", "train.val_every_steps=1"), tmp_path / name)
     out = tmp_path / "curves.png"
-    assert main(["acl", "curves", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--labels", "x,y"]) == 0
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main(["acl", "curves", *runs, "--out", str(out), "--labels", "x,y"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["acl", "curves", str(tmp_path / "a"), "--out", str(out), "--labels", "x,y"]) == 2

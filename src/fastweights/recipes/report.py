@@ -220,7 +220,9 @@ def plot_forgetting(
                     color="white",
                 )
     ticks = [g + (b - 1) * width for g in range(2) for b in range(3)]
-    ax.set_xticks(ticks, [k for _, bars in FORGETTING_ORDERS for k, _, _ in bars], fontsize=8)
+    ax.set_xticks(
+        ticks, [k.replace("->", "→") for _, bars in FORGETTING_ORDERS for k, _, _ in bars], fontsize=8
+    )
     for g, (order, _) in enumerate(FORGETTING_ORDERS):
         ax.text(g, -0.12, f"order {order}", transform=ax.get_xaxis_transform(), ha="center", va="top")
     if chance is not None:
@@ -309,7 +311,9 @@ def _section_run(run: Mapping[str, Any]) -> list[str]:
     if run.get("train_minutes") is not None:
         rows.append(("training time (min)", f"{float(run['train_minutes']):.1f}"))
     rows += [
-        (k, v) for k, v in run.items() if k not in ("preset", "run_dir", "steps", "train_minutes", "command")
+        (k, f"{v:.2f}" if isinstance(v, float) else v)
+        for k, v in run.items()
+        if k not in ("preset", "run_dir", "steps", "train_minutes", "command")
     ]
     if rows:
         lines += _md_table(("field", "value"), rows) + [""]
@@ -339,7 +343,9 @@ def _section_forgetting(fg: Mapping[str, Any], plots: Path) -> tuple[list[str], 
     chance = 1.0 / float(n_way) if n_way else None
     lines = ["## In-context forgetting (2 tasks)", ""]
     lines.append(
-        f"Task A = {fg.get('task_a', '?')}, task B = {fg.get('task_b', '?')}; {n_way or '?'}-way "
+        f"Tasks A and B: two {n_way or '?'}-way tasks with disjoint classes, drawn from "
+        f"{fg.get('task_a', '?')} (A) and {fg.get('task_b', '?')} (B); the B→A rows use the same episodes in "
+        f"the other order. {n_way or '?'}-way "
         f"{fg.get('k_shot', '?')}-shot, {fg.get('episodes', '?')} episodes; accuracy in %, mean ± 95% CI"
         + (f"; chance = {100.0 * chance:.1f} %." if chance else ".")
     )
@@ -376,7 +382,8 @@ def _section_split(name: str, res: Mapping[str, Any], plots: Path) -> tuple[list
     if res.get("k_shot") is not None:
         info.append(f"{res['k_shot']} demonstrations per class")
     if res.get("runs") is not None:
-        info.append(f"{res['runs']} runs (mean ± population std over runs)")
+        n = int(res["runs"])
+        info.append(f"{n} runs (mean ± population std over runs)" if n > 1 else "1 run (no spread)")
     if res.get("chance") is not None:
         info.append(f"chance = {_pct(res['chance'], 1)} %")
     lines += ["; ".join(info) + ".", ""]
@@ -451,7 +458,12 @@ def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
             fs = results.get("fewshot") or {}
             if fs.get("n_way"):
                 chance = 1.0 / float(fs["n_way"])
-            png = plot_learning_curves(curves, plots / "learning_curve.png", chance=chance)
+            png = plot_learning_curves(
+                curves,
+                plots / "learning_curve.png",
+                ylabel="meta-validation accuracy A|A (fraction)",
+                chance=chance,
+            )
             lines += ["## Learning curve", "", f"![learning curve](plots/{png.name})", ""]
 
     if len(lines) == 2:
