@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     cu.add_argument("--out", type=Path, required=True, help="output PNG")
     cu.add_argument("--labels", default=None, help="comma-separated legend labels (default: folder names)")
     cu.add_argument("--key", default="val_acc", help="metrics.jsonl field to plot (default val_acc = A|A)")
+    cu.add_argument("--x", choices=["minutes", "step"], default="minutes", help="x axis")
     return p
 
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"report: {run_dir / 'report.md'}")
         elif args.verb == "curves":
             labels = args.labels.split(",") if args.labels else None
-            print(acl.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key))
+            print(acl.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))
         elif args.verb == "export":
             path = acl.export(args.run_dir, args.out_dir, which=args.checkpoint)
             print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -426,16 +426,23 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best") -> Path:
 
 
 def compare_curves(
-    run_dirs: list[Path], out: Path, *, labels: list[str] | None = None, key: str = "val_acc"
+    run_dirs: list[Path],
+    out: Path,
+    *,
+    labels: list[str] | None = None,
+    key: str = "val_acc",
+    x: str = "minutes",
 ) -> Path:
-    """Plot ``key`` (default: held-out validation accuracy A|A) against wall-clock training minutes
-    for several run folders in one PNG (``out``).
+    """Plot ``key`` (default: meta-validation accuracy A|A) against ``x`` (``"minutes"`` of training
+    wall-clock time, validation included, or ``"step"``) for several run folders in one PNG (``out``).
 
     Raises:
         FileNotFoundError: if a run folder has no ``metrics.jsonl``.
         ValueError: if ``labels`` does not match ``run_dirs``.
     """
     labels = labels or [Path(d).name for d in run_dirs]
+    if x not in ("minutes", "step"):
+        raise ValueError(f"x: expected 'minutes' or 'step', got {x!r}")
     if len(labels) != len(run_dirs):
         raise ValueError(f"labels: expected {len(run_dirs)} labels, got {len(labels)}")
     curves = {}
@@ -443,9 +450,10 @@ def compare_curves(
         log_path = Path(d) / "metrics.jsonl"
         if not log_path.exists():
             raise FileNotFoundError(f"run_dirs: no {log_path}")
-        curves[label] = [(r["minutes"], r[key]) for r in read_jsonl(log_path) if key in r]
+        curves[label] = [(r[x], r[key]) for r in read_jsonl(log_path) if key in r]
     ylabel = "meta-validation accuracy A|A" if key == "val_acc" else key
-    return plot_learning_curves(curves, out, ylabel=ylabel, title=f"{ylabel} vs training wall-clock minutes")
+    xlabel = "training wall-clock minutes" if x == "minutes" else "training step"
+    return plot_learning_curves(curves, out, xlabel=xlabel, ylabel=ylabel, title=f"{ylabel} vs {xlabel}")
 
 
 def command_line() -> str:
