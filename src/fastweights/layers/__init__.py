@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from fastweights.layers.base import SequenceLayer
+from fastweights.layers.deltanet import DeltaNetLayer
 from fastweights.layers.feedforward import FeedForward
 from fastweights.layers.srwm import SRWMLayer
 
-__all__ = ["FeedForward", "SRWMLayer", "SequenceLayer", "make_sequence_layer", "SEQUENCE_LAYERS"]
+__all__ = [
+    "DeltaNetLayer",
+    "FeedForward",
+    "SRWMLayer",
+    "SequenceLayer",
+    "make_sequence_layer",
+    "SEQUENCE_LAYERS",
+]
 
-SEQUENCE_LAYERS = ("srwm",)
+SEQUENCE_LAYERS = ("srwm", "deltanet")
 
 
 def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: float = 0.0) -> SequenceLayer:
@@ -19,4 +27,6 @@ def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: flo
     """
     if name == "srwm":
         return SRWMLayer(d_model, num_heads, dropout=dropout)
+    if name == "deltanet":
+        return DeltaNetLayer(d_model, num_heads, dropout=dropout)
     raise ValueError(f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {name!r}")

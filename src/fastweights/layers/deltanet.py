@@ -1,0 +1,93 @@
+"""DeltaNet sublayer: the fast-weight baseline of the SRWM/ACL papers (``FastFFlayer``).
+
+Sources: Schlag, Irie, Schmidhuber, ICML 2021 (delta rule, ``elu + 1`` feature map with sum
+normalisation); Irie et al., ICML 2022 and the ACL paper (the baseline layer); restated in
+``shared/spec/srwm_acl.md`` §2.4.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.ops.delta_rule import delta_rule
+
+__all__ = ["DeltaNetLayer", "deltanet_layer_from_reference"]
+
+
+def deltanet_layer_from_reference(sd: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+    """Map a reference ``FastFFlayer`` state dict (keys under ``prefix``) to :class:`DeltaNetLayer` keys.
+
+    The layouts are identical (``slow_net.weight [H(3E+1), D]`` whose output is viewed per head as
+    ``q (E) | k (E) | v (E) | b (1)``, ``layer_norm.*``, ``out_linear.weight``), so this only strips the
+    prefix; it exists so that model converters treat every sublayer alike.
+
+    Raises:
+        KeyError: if an expected reference key is missing.
+    """
+    keys = ("slow_net.weight", "layer_norm.weight", "layer_norm.bias", "out_linear.weight")
+    return {k: sd[prefix + k] for k in keys}
+
+
+class DeltaNetLayer(SequenceLayer):
+    """DeltaNet sublayer, pre-LN residual: ``out = x + Dropout(out_linear(DeltaRule(LN(x))))``.
+
+    Per head (spec §2.4): ``[q, k, v, b] = slow_net(LN(x))`` split as ``E, E, E, 1``;
+    ``beta = sigmoid(b)``; ``q, k <- elu(.) + 1`` then divided by their sum over the ``E`` entries
+    (positive, summing to 1, so ``||k|| <= 1`` and the update ``I - beta k^T k`` is a contraction); the
+    fast weights ``[E, E]`` start at zero (or the carried state) and are written with the delta rule;
+    the output ``o_t = q_t W_t`` is read *after* step t's update (``ops.delta_rule``, chunked form).
+
+    The state is the fast weights ``[B, H, E, E]`` (float32 under half precision). Unlike the
+    reference's stateful model, which detaches the exported state, gradients flow through a carried
+    state, so two calls with the state carried equal one call (values and gradients).
+
+    Parameter layout equals the reference (``slow_net.weight [H(3E+1), D]``, ``layer_norm``,
+    ``out_linear.weight``): reference state dicts load directly (see
+    :func:`deltanet_layer_from_reference`).
+
+    Args:
+        d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
+        num_heads: number of heads ``H``.
+        dropout: dropout on the projected output.
+        chunk_size: chunk length of the chunkwise-parallel delta rule.
+
+    Raises:
+        ValueError: if ``d_model`` is not divisible by ``num_heads``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, chunk_size: int = 64) -> None:
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.chunk_size = chunk_size
+        self.slow_net = nn.Linear(d_model, num_heads * (3 * self.head_dim + 1), bias=False)
+        self.layer_norm = nn.LayerNorm(d_model)
+        self.out_linear = nn.Linear(d_model, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``x [B, T, D]`` → ``(q, k, v [B, T, H, E], beta [B, T, H])`` as fed to the delta rule."""
+        b, t, _ = x.shape
+        e = self.head_dim
+        p = self.slow_net(self.layer_norm(x)).reshape(b, t, self.num_heads, 3 * e + 1)
+        q, k, v, logit = p.split([e, e, e, 1], dim=-1)
+        q = nn.functional.elu(q) + 1.0
+        k = nn.functional.elu(k) + 1.0
+        q = q / q.sum(dim=-1, keepdim=True)
+        k = k / k.sum(dim=-1, keepdim=True)
+        return q, k, v, torch.sigmoid(logit.squeeze(-1))
+
+    def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, E])``."""
+        check_layer_input(x, self.d_model)
+        q, k, v, beta = self.projections(x)
+        o, new_state = delta_rule(
+            q, k, v, beta, initial_state=state, output_final_state=True, chunk_size=self.chunk_size
+        )
+        b, t, _ = x.shape
+        out = x + self.dropout(self.out_linear(o.reshape(b, t, self.d_model)))
+        assert new_state is not None
+        return out, new_state
