@@ -55,6 +55,8 @@ class SequenceLayer(nn.Module):
         """
         check_layer_input(x, self.d_model)
         check_layer_input(x_read, self.d_model)
+        if x_read.shape != x.shape:
+            raise ValueError(f"x_read: expected shape {list(x.shape)} (same as x), got {list(x_read.shape)}")
         outs, reads = [], []
         for t in range(x.shape[1]):
             reads.append(self.read(x_read[:, t : t + 1], state))

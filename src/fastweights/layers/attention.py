@@ -1,0 +1,314 @@
+"""Attention baselines with the sequence-layer interface: causal linear attention and softmax attention.
+
+Sources: Katharopoulos et al., "Transformers are RNNs", ICML 2020 (linear attention with the
+``elu + 1`` feature map and the ``q . sum k`` normaliser); Vaswani et al., "Attention Is All You Need",
+NeurIPS 2017 (multi-head softmax attention); the layer/op split of flash-linear-attention
+(``shared/spec/ttt_fla.md`` §3.1-3.2).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.ops.linear_attention import linear_attention
+
+__all__ = ["LinearAttentionLayer", "SoftmaxAttentionLayer"]
+
+LinearAttentionState = tuple[Tensor, Tensor]
+KVCache = tuple[Tensor, Tensor]
+
+
+def _state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """States are kept in float32 for half inputs (float64 stays float64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _describe(state: object) -> str:
+    if isinstance(state, (tuple, list)):
+        return "(" + ", ".join(_describe(s) for s in state) + ")"
+    if isinstance(state, Tensor):
+        return f"tensor of shape {list(state.shape)}"
+    return type(state).__name__
+
+
+def _check_pair(state: object, shapes: tuple[tuple[int | None, ...], ...], expected: str) -> None:
+    """Raise ``ValueError`` unless ``state`` is a pair of float tensors whose shapes match ``shapes``
+    (``None`` = any size in that dimension)."""
+    ok = isinstance(state, (tuple, list)) and len(state) == 2
+    if ok:
+        for s, shape in zip(state, shapes, strict=True):
+            ok = ok and isinstance(s, Tensor) and s.is_floating_point() and s.dim() == len(shape)
+            ok = ok and all(want is None or got == want for got, want in zip(s.shape, shape, strict=True))
+    if not ok:
+        raise ValueError(f"state: expected {expected}, got {_describe(state)}")
+
+
+def _check_reads(x: Tensor, x_read: Tensor, d_model: int) -> None:
+    check_layer_input(x, d_model)
+    check_layer_input(x_read, d_model)
+    if x_read.shape != x.shape:
+        raise ValueError(f"x_read: expected shape {list(x.shape)} (same as x), got {list(x_read.shape)}")
+
+
+class LinearAttentionLayer(SequenceLayer):
+    """Causal linear attention sublayer, pre-LN residual: ``out = x + Dropout(out_linear(o))``.
+
+    Per head, from ``a = LN(x)``: ``q = elu(W_q a) + 1``, ``k = elu(W_k a) + 1``, ``v = W_v a`` (no
+    biases); with ``S_t = S_{t-1} + outer(k_t, v_t)`` and ``z_t = z_{t-1} + k_t`` (both after step t's
+    update, as DeltaNet reads),
+
+        ``o_t = q_t S_t / (q_t . z_t + eps)``.
+
+    ``q . z > 0`` because the feature map is positive, so ``o_t`` is a convex combination of the values
+    seen so far (the causal linear attention of Katharopoulos et al. 2020). ``S`` and ``z`` come from
+    one call of ``ops.linear_attention`` (chunked form) on values augmented with a column of ones.
+
+    The state is the pair ``(S [B, H, E, E], z [B, H, E])`` (float32 under half precision); ``None``
+    starts from zeros. Gradients flow through a carried state, so two calls with the state carried
+    equal one call (values and gradients). :meth:`read` and :meth:`forward_with_reads` are exact
+    closed forms of the generic one-step reads.
+
+    Args:
+        d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
+        num_heads: number of heads ``H``.
+        dropout: dropout on the projected output.
+        chunk_size: chunk length of the chunkwise-parallel op.
+        eps: added to the normaliser ``q_t . z_t``.
+
+    Raises:
+        ValueError: if ``d_model`` is not divisible by ``num_heads``.
+    """
+
+    def __init__(
+        self, d_model: int, num_heads: int, *, dropout: float = 0.0, chunk_size: int = 64, eps: float = 1e-6
+    ) -> None:
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.chunk_size, self.eps = chunk_size, eps
+        self.layer_norm = nn.LayerNorm(d_model)
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_linear = nn.Linear(d_model, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``x [B, T, D]`` → ``(q, k, v [B, T, H, E])`` with the feature map applied to ``q`` and ``k``."""
+        b, t, _ = x.shape
+        a = self.layer_norm(x)
+        q, k, v = (
+            p(a).reshape(b, t, self.num_heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        return nn.functional.elu(q) + 1.0, nn.functional.elu(k) + 1.0, v
+
+    def _check_state(self, x: Tensor, state: object) -> None:
+        if state is None:
+            return
+        b, h, e = x.shape[0], self.num_heads, self.head_dim
+        _check_pair(
+            state,
+            ((b, h, e, e), (b, h, e)),
+            f"a tuple (S [B, H, E, E] = {[b, h, e, e]}, z [B, H, E] = {[b, h, e]})",
+        )
+
+    @staticmethod
+    def _augment(v: Tensor) -> Tensor:
+        """Append a column of ones to ``v``: the op then carries ``z`` as the last column of ``S``."""
+        return torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+
+    @staticmethod
+    def _joint_state(state: LinearAttentionState | None) -> Tensor | None:
+        if state is None:
+            return None
+        s, z = state
+        dtype = torch.promote_types(s.dtype, z.dtype)
+        return torch.cat([s.to(dtype), z.to(dtype).unsqueeze(-1)], dim=-1)
+
+    def _output(self, x: Tensor, o_aug: Tensor) -> Tensor:
+        """Normalise ``o_aug [B, T, H, E+1]`` (numerator | normaliser) and apply the residual branch."""
+        o = o_aug[..., :-1] / (o_aug[..., -1:] + self.eps)
+        b, t, _ = x.shape
+        return x + self.dropout(self.out_linear(o.reshape(b, t, self.d_model)))
+
+    def forward(
+        self, x: Tensor, state: LinearAttentionState | None = None
+    ) -> tuple[Tensor, LinearAttentionState]:
+        """``x [B, T, D]`` → ``(out [B, T, D], (S [B, H, E, E], z [B, H, E]))``."""
+        check_layer_input(x, self.d_model)
+        self._check_state(x, state)
+        return self._forward(x, *self.projections(x), state)
+
+    def _forward(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None
+    ) -> tuple[Tensor, LinearAttentionState]:
+        o_aug, s_aug = linear_attention(
+            q,
+            k,
+            self._augment(v),
+            initial_state=self._joint_state(state),
+            output_final_state=True,
+            chunk_size=self.chunk_size,
+        )
+        assert s_aug is not None
+        return self._output(x, o_aug), (s_aug[..., :-1], s_aug[..., -1])
+
+    def read(self, x: Tensor, state: LinearAttentionState | None = None) -> Tensor:
+        """Independent one-step reads ``[B, Q, D]`` from ``state``, each after its own (discarded)
+        update: ``(q S + (q . k) v) / (q . z + q . k + eps)``."""
+        check_layer_input(x, self.d_model)
+        self._check_state(x, state)
+        q, k, v = self.projections(x)
+        dtype = _state_dtype(q.dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            q, k, v_aug = q.to(dtype), k.to(dtype), self._augment(v).to(dtype)
+            o_aug = (q * k).sum(-1, keepdim=True) * v_aug  # [B, Q, H, E+1]
+            joint = self._joint_state(state)
+            if joint is not None:
+                o_aug = o_aug + torch.einsum("bqhk,bhkv->bqhv", q, joint.to(dtype))
+        return self._output(x, o_aug.to(x.dtype))
+
+    def forward_with_reads(
+        self, x: Tensor, x_read: Tensor, state: LinearAttentionState | None = None
+    ) -> tuple[Tensor, Tensor, LinearAttentionState]:
+        """Exact closed form of :meth:`SequenceLayer.forward_with_reads`: the read at step ``t`` sees
+        the keys/values of ``x[:, :t]`` (a linear attention over the stream shifted by one step) plus
+        its own key/value."""
+        _check_reads(x, x_read, self.d_model)
+        self._check_state(x, state)
+        q, k, v = self.projections(x)
+        out, new_state = self._forward(x, q, k, v, state)
+        qr, kr, vr = self.projections(x_read)
+        t = x.shape[1]
+        k_prev = nn.functional.pad(k, (0, 0, 0, 0, 1, 0))[:, :t]  # k_prev[t] = k[t - 1], k_prev[0] = 0
+        v_prev = nn.functional.pad(self._augment(v), (0, 0, 0, 0, 1, 0))[:, :t]
+        r_aug, _ = linear_attention(
+            qr, k_prev, v_prev, initial_state=self._joint_state(state), chunk_size=self.chunk_size
+        )
+        r_aug = r_aug + (qr * kr).sum(-1, keepdim=True) * self._augment(vr)
+        return out, self._output(x_read, r_aug), new_state
+
+
+class SoftmaxAttentionLayer(SequenceLayer):
+    """Causal multi-head softmax attention sublayer, pre-LN residual: ``out = x + Dropout(out_linear(o))``.
+
+    ``q, k, v = W_qkv LN(x)`` (no bias), split into ``H`` heads of size ``E``; ``o`` is
+    ``torch.nn.functional.scaled_dot_product_attention`` (scale ``1/sqrt(E)``) under a causal mask. No
+    positional encoding is added: the causal mask is the only source of order (in-context episodes are
+    (input, label) tokens whose order is exchangeable within a task).
+
+    The state is the KV cache ``(K [B, H, T_past, E], V [B, H, T_past, E])`` (float32 under half
+    precision; ``None`` = empty). A call with a cache attends to all cached keys plus its own causal
+    prefix, so two calls with the state carried equal one call (values and gradients: the cache is not
+    detached). :meth:`read` and :meth:`forward_with_reads` are single masked attention calls equal to
+    the generic one-step reads.
+
+    Args:
+        d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
+        num_heads: number of heads ``H``.
+        dropout: dropout on the projected output (no dropout on the attention weights).
+
+    Raises:
+        ValueError: if ``d_model`` is not divisible by ``num_heads``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.layer_norm = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out_linear = nn.Linear(d_model, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``x [B, T, D]`` → ``(q, k, v [B, H, T, E])`` (the layout of ``scaled_dot_product_attention``)."""
+        b, t, _ = x.shape
+        p = self.qkv(self.layer_norm(x)).reshape(b, t, 3, self.num_heads, self.head_dim)
+        q, k, v = p.permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, v
+
+    def _cache(self, x: Tensor, state: object, like: Tensor) -> KVCache:
+        """The cached ``(K, V)`` in the dtype of ``like`` (empty when ``state`` is None)."""
+        b, h, e = x.shape[0], self.num_heads, self.head_dim
+        if state is None:
+            empty = like.new_zeros(b, h, 0, e)
+            return empty, empty
+        _check_pair(
+            state,
+            ((b, h, None, e), (b, h, None, e)),
+            f"a KV cache (K, V), each [B, H, T_past, E] = [{b}, {h}, T_past, {e}]",
+        )
+        k, v = state
+        if k.shape != v.shape:
+            raise ValueError(f"state: expected K and V of the same shape, got {_describe(state)}")
+        return k.to(like.dtype), v.to(like.dtype)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) -> Tensor:
+        """Softmax attention; ``allowed [Tq, Tk]`` (True = may attend); ``None`` = square causal mask."""
+        if q.shape[2] == 0:
+            return q.new_zeros(*q.shape[:3], v.shape[-1])
+        if allowed is None:
+            return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+    def _output(self, x: Tensor, o: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x + self.dropout(self.out_linear(o.transpose(1, 2).reshape(b, t, self.d_model)))
+
+    def _state(self, k: Tensor, v: Tensor) -> KVCache:
+        dtype = _state_dtype(k.dtype)
+        return k.to(dtype), v.to(dtype)
+
+    def forward(self, x: Tensor, state: KVCache | None = None) -> tuple[Tensor, KVCache]:
+        """``x [B, T, D]`` → ``(out [B, T, D], (K, V) [B, H, T_past + T, E])``."""
+        check_layer_input(x, self.d_model)
+        q, k, v = self.projections(x)
+        k_past, v_past = self._cache(x, state, k)
+        tp, t = k_past.shape[2], x.shape[1]
+        keys, values = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
+        allowed = None
+        if tp > 0:  # query i sees every cached key and its own prefix: key j <= T_past + i
+            i = torch.arange(t, device=x.device)[:, None]
+            j = torch.arange(tp + t, device=x.device)[None, :]
+            allowed = j <= tp + i
+        return self._output(x, self._attend(q, keys, values, allowed)), self._state(keys, values)
+
+    def read(self, x: Tensor, state: KVCache | None = None) -> Tensor:
+        """Independent one-step reads ``[B, Q, D]``: query ``i`` attends to the cache and to its own key."""
+        check_layer_input(x, self.d_model)
+        q, k, v = self.projections(x)
+        k_past, v_past = self._cache(x, state, k)
+        tp, nq = k_past.shape[2], x.shape[1]
+        i = torch.arange(nq, device=x.device)[:, None]
+        j = torch.arange(tp + nq, device=x.device)[None, :]
+        allowed = (j < tp) | (j == tp + i)
+        o = self._attend(q, torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2), allowed)
+        return self._output(x, o)
+
+    def forward_with_reads(
+        self, x: Tensor, x_read: Tensor, state: KVCache | None = None
+    ) -> tuple[Tensor, Tensor, KVCache]:
+        """One masked attention call over ``[x; x_read]``: stream query ``i`` sees the cache and
+        ``x[:, :i+1]``; read ``i`` sees the cache, ``x[:, :i]`` and its own key."""
+        _check_reads(x, x_read, self.d_model)
+        q, k, v = self.projections(x)
+        qr, kr, vr = self.projections(x_read)
+        k_past, v_past = self._cache(x, state, k)
+        tp, t = k_past.shape[2], x.shape[1]
+        i = torch.arange(t, device=x.device)[:, None]
+        j = torch.arange(tp + 2 * t, device=x.device)[None, :]
+        stream = j <= tp + i
+        reads = (j < tp + i) | (j == tp + t + i)
+        o = self._attend(
+            torch.cat([q, qr], dim=2),
+            torch.cat([k_past, k, kr], dim=2),
+            torch.cat([v_past, v, vr], dim=2),
+            torch.cat([stream, reads], dim=0),
+        )
+        keys, values = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
+        return self._output(x, o[:, :, :t]), self._output(x_read, o[:, :, t:]), self._state(keys, values)

@@ -1,0 +1,76 @@
+"""LSTM baseline with the sequence-layer interface (spec ``srwm_acl.md`` §2.5).
+
+Sources: Hochreiter & Schmidhuber, "Long Short-Term Memory", Neural Computation 1997; the ACL/SRWM
+repositories' ``ConvLSTMModel`` baseline. Unlike that model (one ``nn.LSTM`` fed the features directly,
+stateless), this is a drop-in sublayer of ``InContextClassifier``'s stack: pre-LN residual, stateful.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fastweights.layers.base import SequenceLayer, check_layer_input
+
+__all__ = ["LSTMLayer"]
+
+LSTMState = tuple[Tensor, Tensor]
+
+
+class LSTMLayer(SequenceLayer):
+    """LSTM sublayer, pre-LN residual: ``out = x + Dropout(LSTM(LN(x)))`` with ``nn.LSTM(D, D)``.
+
+    The state is ``(h, c)``, each ``[1, B, D]`` (``nn.LSTM``'s layout: batch is dimension 1; float32
+    under half precision); ``None`` starts from zeros. Gradients flow through a carried state, so two
+    calls with the state carried equal one call (values and gradients).
+
+    Args:
+        d_model: model width ``D`` (input and hidden size).
+        num_heads: ignored; accepted so every sequence layer has the signature
+            ``(d_model, num_heads, *, dropout)``.
+        dropout: dropout on the LSTM output.
+    """
+
+    def __init__(self, d_model: int, num_heads: int = 1, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.layer_norm = nn.LayerNorm(d_model)
+        self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
+        self.dropout = nn.Dropout(dropout)
+
+    def _check_state(self, x: Tensor, state: object) -> None:
+        if state is None:
+            return
+        expected = (1, x.shape[0], self.d_model)
+        ok = isinstance(state, (tuple, list)) and len(state) == 2
+        ok = ok and all(
+            isinstance(s, Tensor) and s.is_floating_point() and s.shape == expected for s in state
+        )
+        if not ok:
+            parts = state if isinstance(state, (tuple, list)) else (state,)
+            got = ", ".join(
+                f"shape {list(s.shape)}" if isinstance(s, Tensor) else type(s).__name__ for s in parts
+            )
+            raise ValueError(f"state: expected a tuple (h, c), each [1, B, D] = {list(expected)}, got {got}")
+
+    def forward(self, x: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
+        """``x [B, T, D]`` → ``(out [B, T, D], (h, c) each [1, B, D])``."""
+        check_layer_input(x, self.d_model)
+        self._check_state(x, state)
+        a = self.layer_norm(x)
+        dtype = torch.promote_types(a.dtype, torch.float32)
+        if x.shape[1] == 0:  # nn.LSTM rejects empty sequences
+            if state is None:
+                zeros = a.new_zeros(1, x.shape[0], self.d_model, dtype=dtype)
+                return x, (zeros, zeros)
+            return x, (state[0].to(dtype), state[1].to(dtype))
+        hc = None if state is None else (state[0].to(a.dtype), state[1].to(a.dtype))
+        y, (h, c) = self.lstm(a, hc)
+        return x + self.dropout(y.to(x.dtype)), (h.to(dtype), c.to(dtype))
+
+    def repeat_state(self, state: Any, repeats: int) -> Any:
+        """Repeat every batch row of ``(h, c)`` ``repeats`` times along ``nn.LSTM``'s batch dim (1)."""
+        h, c = state
+        return torch.repeat_interleave(h, repeats, dim=1), torch.repeat_interleave(c, repeats, dim=1)

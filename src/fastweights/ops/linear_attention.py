@@ -1,0 +1,180 @@
+"""Causal linear attention (the purely additive fast-weight programmer): reference and chunked form.
+
+Sources: Katharopoulos, Vyas, Pappas, Fleuret, "Transformers are RNNs", ICML 2020 (causal linear
+attention as an RNN); Schlag, Irie, Schmidhuber, ICML 2021 (the same recurrence read as a fast-weight
+programmer with the sum update rule); the chunkwise-parallel form as in flash-linear-attention's
+``linear_attn`` ops (``shared/spec/ttt_fla.md`` §3.1-3.2).
+
+Layout (flash-linear-attention style): ``q, k [B, T, H, K]``, ``v [B, T, H, V]``; the state is
+``S [B, H, K, V]`` in the row-vector convention ``k S``. Per head and step t, starting from ``S_0``
+(zeros when no initial state is given):
+
+1. ``S_t = S_{t-1} + outer(k_t, v_t)``,
+2. ``o_t = q_t S_t`` — read **after** this step's update (as DeltaNet; unlike the SRWM).
+
+No feature map, scale or normalisation is applied here: ``o_t = sum_{i<=t} (q_t . k_i) v_i`` exactly.
+Feature maps (e.g. ``elu + 1``) and the normalisation ``o_t / (q_t . sum_{i<=t} k_i)`` belong to the
+layer (``fastweights.layers.attention.LinearAttentionLayer``); the normaliser can be carried by this op
+by appending a column of ones to ``v``.
+
+Precision: float32/float64 inputs are computed in their own dtype; float16/bfloat16 inputs are
+computed in float32 (the state is a running sum). The output is cast back to the input dtype and the
+state stays float32. Autocast is disabled inside both ops.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from fastweights.ops.delta_rule import _check_finite, _compute_dtype, _describe
+
+__all__ = ["linear_attention", "linear_attention_reference", "check_linear_attention_inputs"]
+
+
+def check_linear_attention_inputs(q: Tensor, k: Tensor, v: Tensor, initial_state: Tensor | None) -> None:
+    """Validate the arguments of :func:`linear_attention` / :func:`linear_attention_reference`.
+
+    Raises:
+        ValueError: naming the argument, with the expected shape/dtype and what was given, or when an
+            input holds NaN/Inf.
+    """
+    if not isinstance(q, Tensor) or q.dim() != 4:
+        raise ValueError(f"q: expected a 4-D tensor [B, T, H, K], got {_describe(q)}")
+    if not q.is_floating_point():
+        raise ValueError(f"q: expected a floating-point dtype, got {q.dtype}")
+    b, t, h, dk = q.shape
+    if not isinstance(k, Tensor) or k.shape != q.shape:
+        raise ValueError(f"k: expected shape [B, T, H, K] = {list(q.shape)} (same as q), got {_describe(k)}")
+    if not isinstance(v, Tensor) or v.dim() != 4 or tuple(v.shape[:3]) != (b, t, h):
+        raise ValueError(f"v: expected shape [B, T, H, V] = [{b}, {t}, {h}, V], got {_describe(v)}")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name}: expected dtype {q.dtype} (same as q), got {x.dtype}")
+    if initial_state is not None:
+        expected = (b, h, dk, v.shape[-1])
+        if not isinstance(initial_state, Tensor) or tuple(initial_state.shape) != expected:
+            raise ValueError(
+                f"initial_state: expected shape [B, H, K, V] = {list(expected)}, "
+                f"got {_describe(initial_state)}"
+            )
+        if not initial_state.is_floating_point():
+            raise ValueError(f"initial_state: expected a floating-point dtype, got {initial_state.dtype}")
+    for name, x in (("q", q), ("k", k), ("v", v), ("initial_state", initial_state)):
+        if x is not None:
+            _check_finite(name, x)
+
+
+def _initial_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: torch.dtype) -> Tensor:
+    if initial_state is None:
+        b, _, h, dk = q.shape
+        return q.new_zeros(b, h, dk, v.shape[-1], dtype=dtype)
+    return initial_state.to(dtype)
+
+
+def linear_attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-step reference of causal linear attention: obviously correct, not fast.
+
+    For every step: ``S <- S + outer(k_t, v_t)``, ``o_t = q_t S`` (read after the update). No feature
+    map or normalisation (see the module docstring). Autograd gives exact gradients, including to
+    ``initial_state``.
+
+    Args:
+        q: ``[B, T, H, K]`` queries (float16/bfloat16/float32/float64).
+        k: ``[B, T, H, K]`` keys, same dtype as ``q``.
+        v: ``[B, T, H, V]`` values, same dtype as ``q``.
+        initial_state: optional ``[B, H, K, V]`` state to start from (any float dtype; cast to the
+            compute dtype). ``None`` starts from zeros.
+        output_final_state: also return the state after the last step.
+
+    Returns:
+        ``(o, state)``: ``o [B, T, H, V]`` in the dtype of ``q``; ``state [B, H, K, V]`` after the last
+        update (float32 for half inputs, else the input dtype), or ``None``.
+
+    Raises:
+        ValueError: on wrong ranks/shapes/dtypes or NaN/Inf inputs (see
+            :func:`check_linear_attention_inputs`).
+    """
+    check_linear_attention_inputs(q, k, v, initial_state)
+    dtype = _compute_dtype(q.dtype)
+    with torch.autocast(q.device.type, enabled=False):
+        q_, k_, v_ = (x.to(dtype) for x in (q, k, v))
+        state = _initial_state(q, v, initial_state, dtype)
+        outputs = []
+        for t in range(q.shape[1]):
+            state = state + k_[:, t].unsqueeze(-1) * v_[:, t].unsqueeze(-2)
+            outputs.append(torch.einsum("bhk,bhkv->bhv", q_[:, t], state))
+        o = torch.stack(outputs, dim=1) if outputs else v_.new_zeros(v.shape)
+    return o.to(q.dtype), (state if output_final_state else None)
+
+
+def linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor | None]:
+    """Chunkwise-parallel causal linear attention.
+
+    Same semantics, signature and errors as :func:`linear_attention_reference` (tested equal in
+    float64). The sequence is cut into chunks of ``C = min(chunk_size, T)`` steps (the last one
+    zero-padded; a padded step has ``k = v = 0`` and changes nothing). With ``Q, K, V`` the rows of one
+    chunk and ``S_0`` the state entering it:
+
+        ``O = Q S_0 + tril(Q K^T) V`` (diagonal included: read after the update),
+        ``S_C = S_0 + K^T V``.
+
+    The chunk-entry states are an exclusive cumulative sum of the per-chunk ``K^T V`` (no sequential
+    loop). Gradients come from autograd (including to ``initial_state``).
+
+    Cost: ``O(T C (K + V) + T K V / C)`` per head; memory keeps one ``[K, V]`` state per chunk.
+
+    Args:
+        q, k, v, initial_state, output_final_state: as for :func:`linear_attention_reference`.
+        chunk_size: maximum chunk length ``C`` (positive int; 64 by default).
+
+    Returns:
+        ``(o [B, T, H, V], state [B, H, K, V] or None)`` as for :func:`linear_attention_reference`.
+
+    Raises:
+        ValueError: on bad inputs (see :func:`check_linear_attention_inputs`) or a non-positive
+            ``chunk_size``.
+    """
+    check_linear_attention_inputs(q, k, v, initial_state)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    dtype = _compute_dtype(q.dtype)
+    b, t, h, _ = q.shape
+    dv = v.shape[-1]
+    with torch.autocast(q.device.type, enabled=False):
+        state = _initial_state(q, v, initial_state, dtype)
+        if t == 0:
+            return v.new_zeros(v.shape), (state if output_final_state else None)
+        c = min(chunk_size, t)
+        n = -(-t // c)
+        pad = n * c - t
+
+        def chunks(x: Tensor) -> Tensor:  # [B, T, H, D] -> [B, H, N, C, D]
+            x = x.to(dtype)
+            if pad:
+                x = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad))
+            return x.transpose(1, 2).reshape(b, h, n, c, x.shape[-1])
+
+        qc, kc, vc = chunks(q), chunks(k), chunks(v)
+        kv = kc.transpose(-1, -2) @ vc  # [B, H, N, K, V]: each chunk's contribution
+        inclusive = state.unsqueeze(2) + kv.cumsum(dim=2)  # state after each chunk
+        entry = torch.cat([state.unsqueeze(2), inclusive[:, :, :-1]], dim=2)  # state entering each chunk
+        o = qc @ entry + torch.tril(qc @ kc.transpose(-1, -2)) @ vc  # [B, H, N, C, V]
+        o = o.reshape(b, h, n * c, dv)[:, :, :t].transpose(1, 2)
+        final = inclusive[:, :, -1]
+    return o.to(q.dtype), (final if output_final_state else None)
