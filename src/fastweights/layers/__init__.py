@@ -8,6 +8,7 @@ from fastweights.layers.deltanet import DeltaNetLayer
 from fastweights.layers.feedforward import FeedForward
 from fastweights.layers.lstm import LSTMLayer
 from fastweights.layers.srwm import SRWMLayer
+from fastweights.layers.ttt import TTTLinearLayer, TTTMLPLayer
 
 __all__ = [
     "DeltaNetLayer",
@@ -16,16 +17,21 @@ __all__ = [
     "LinearAttentionLayer",
     "SRWMLayer",
     "SoftmaxAttentionLayer",
+    "TTTLinearLayer",
+    "TTTMLPLayer",
     "SequenceLayer",
     "make_sequence_layer",
     "SEQUENCE_LAYERS",
 ]
 
-SEQUENCE_LAYERS = ("srwm", "deltanet", "linear_attention", "softmax_attention", "lstm")
+SEQUENCE_LAYERS = ("srwm", "deltanet", "linear_attention", "softmax_attention", "lstm", "ttt_linear", "ttt_mlp")
 
 
 def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: float = 0.0) -> SequenceLayer:
     """Build a sequence layer by name (one of :data:`SEQUENCE_LAYERS`).
+
+    ``"ttt_linear"`` / ``"ttt_mlp"`` are the TTT layers in pre-norm residual form
+    (``residual=True``), Transformer backbone, mini-batch 16, ``ttt_base_lr`` 1.0 / 0.1 (ttt-lm-jax).
 
     Raises:
         ValueError: for an unknown name.
@@ -40,4 +46,8 @@ def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: flo
         return SoftmaxAttentionLayer(d_model, num_heads, dropout=dropout)
     if name == "lstm":
         return LSTMLayer(d_model, num_heads, dropout=dropout)
+    if name == "ttt_linear":
+        return TTTLinearLayer(d_model, num_heads, residual=True, dropout=dropout)
+    if name == "ttt_mlp":
+        return TTTMLPLayer(d_model, num_heads, residual=True, dropout=dropout, ttt_base_lr=0.1)
     raise ValueError(f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {name!r}")

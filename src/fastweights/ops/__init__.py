@@ -3,6 +3,7 @@
 from fastweights.ops.delta_rule import delta_rule, delta_rule_reference
 from fastweights.ops.linear_attention import linear_attention, linear_attention_reference
 from fastweights.ops.srwm import srwm, srwm_read, srwm_reference
+from fastweights.ops.ttt import ttt_linear, ttt_linear_reference, ttt_mlp, ttt_mlp_reference
 
 __all__ = [
     "delta_rule",
@@ -12,4 +13,8 @@ __all__ = [
     "srwm",
     "srwm_read",
     "srwm_reference",
+    "ttt_linear",
+    "ttt_linear_reference",
+    "ttt_mlp",
+    "ttt_mlp_reference",
 ]

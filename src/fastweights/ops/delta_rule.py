@@ -28,18 +28,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastweights.ops._common import check_finite, check_qkv_state, compute_dtype, describe, initial_kv_state
+
 __all__ = ["delta_rule", "delta_rule_reference", "check_delta_rule_inputs"]
-
-
-def _describe(t: object) -> str:
-    if isinstance(t, Tensor):
-        return f"tensor of shape {list(t.shape)} and dtype {t.dtype}"
-    return type(t).__name__
-
-
-def _check_finite(name: str, t: Tensor) -> None:
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name}: expected finite values, got NaN or Inf")
 
 
 def check_delta_rule_inputs(
@@ -51,43 +42,13 @@ def check_delta_rule_inputs(
         ValueError: naming the argument, with the expected shape/dtype and what was given, or when an
             input holds NaN/Inf.
     """
-    if not isinstance(q, Tensor) or q.dim() != 4:
-        raise ValueError(f"q: expected a 4-D tensor [B, T, H, K], got {_describe(q)}")
-    if not q.is_floating_point():
-        raise ValueError(f"q: expected a floating-point dtype, got {q.dtype}")
-    b, t, h, dk = q.shape
-    if not isinstance(k, Tensor) or k.shape != q.shape:
-        raise ValueError(f"k: expected shape [B, T, H, K] = {list(q.shape)} (same as q), got {_describe(k)}")
-    if not isinstance(v, Tensor) or v.dim() != 4 or tuple(v.shape[:3]) != (b, t, h):
-        raise ValueError(f"v: expected shape [B, T, H, V] = [{b}, {t}, {h}, V], got {_describe(v)}")
+    check_qkv_state(q, k, v, initial_state)
+    b, t, h, _ = q.shape
     if not isinstance(beta, Tensor) or tuple(beta.shape) != (b, t, h):
-        raise ValueError(f"beta: expected shape [B, T, H] = [{b}, {t}, {h}], got {_describe(beta)}")
-    for name, x in (("k", k), ("v", v), ("beta", beta)):
-        if x.dtype != q.dtype:
-            raise ValueError(f"{name}: expected dtype {q.dtype} (same as q), got {x.dtype}")
-    if initial_state is not None:
-        expected = (b, h, dk, v.shape[-1])
-        if not isinstance(initial_state, Tensor) or tuple(initial_state.shape) != expected:
-            raise ValueError(
-                f"initial_state: expected shape [B, H, K, V] = {list(expected)}, "
-                f"got {_describe(initial_state)}"
-            )
-        if not initial_state.is_floating_point():
-            raise ValueError(f"initial_state: expected a floating-point dtype, got {initial_state.dtype}")
-    for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("initial_state", initial_state)):
-        if x is not None:
-            _check_finite(name, x)
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _initial_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: torch.dtype) -> Tensor:
-    if initial_state is None:
-        b, _, h, dk = q.shape
-        return q.new_zeros(b, h, dk, v.shape[-1], dtype=dtype)
-    return initial_state.to(dtype)
+        raise ValueError(f"beta: expected shape [B, T, H] = [{b}, {t}, {h}], got {describe(beta)}")
+    if beta.dtype != q.dtype:
+        raise ValueError(f"beta: expected dtype {q.dtype} (same as q), got {beta.dtype}")
+    check_finite("beta", beta)
 
 
 def delta_rule_reference(
@@ -121,10 +82,10 @@ def delta_rule_reference(
         ValueError: on wrong ranks/shapes/dtypes or NaN/Inf inputs (see :func:`check_delta_rule_inputs`).
     """
     check_delta_rule_inputs(q, k, v, beta, initial_state)
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)
     with torch.autocast(q.device.type, enabled=False):
         q_, k_, v_, beta_ = (x.to(dtype) for x in (q, k, v, beta))
-        state = _initial_state(q, v, initial_state, dtype)
+        state = initial_kv_state(q, v, initial_state, dtype)
         outputs = []
         for t in range(q.shape[1]):
             kt = k_[:, t]  # [B, H, K]
@@ -181,11 +142,11 @@ def delta_rule(
     check_delta_rule_inputs(q, k, v, beta, initial_state)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)
     b, t, h, dk = q.shape
     dv = v.shape[-1]
     with torch.autocast(q.device.type, enabled=False):
-        state = _initial_state(q, v, initial_state, dtype)
+        state = initial_kv_state(q, v, initial_state, dtype)
         if t == 0:
             return v.new_zeros(v.shape), (state if output_final_state else None)
         c = min(chunk_size, t)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastweights.ops.delta_rule import _check_finite, _compute_dtype, _describe
+from fastweights.ops._common import check_qkv_state, compute_dtype, initial_kv_state
 
 __all__ = ["linear_attention", "linear_attention_reference", "check_linear_attention_inputs"]
 
@@ -39,37 +39,7 @@ def check_linear_attention_inputs(q: Tensor, k: Tensor, v: Tensor, initial_state
         ValueError: naming the argument, with the expected shape/dtype and what was given, or when an
             input holds NaN/Inf.
     """
-    if not isinstance(q, Tensor) or q.dim() != 4:
-        raise ValueError(f"q: expected a 4-D tensor [B, T, H, K], got {_describe(q)}")
-    if not q.is_floating_point():
-        raise ValueError(f"q: expected a floating-point dtype, got {q.dtype}")
-    b, t, h, dk = q.shape
-    if not isinstance(k, Tensor) or k.shape != q.shape:
-        raise ValueError(f"k: expected shape [B, T, H, K] = {list(q.shape)} (same as q), got {_describe(k)}")
-    if not isinstance(v, Tensor) or v.dim() != 4 or tuple(v.shape[:3]) != (b, t, h):
-        raise ValueError(f"v: expected shape [B, T, H, V] = [{b}, {t}, {h}, V], got {_describe(v)}")
-    for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype:
-            raise ValueError(f"{name}: expected dtype {q.dtype} (same as q), got {x.dtype}")
-    if initial_state is not None:
-        expected = (b, h, dk, v.shape[-1])
-        if not isinstance(initial_state, Tensor) or tuple(initial_state.shape) != expected:
-            raise ValueError(
-                f"initial_state: expected shape [B, H, K, V] = {list(expected)}, "
-                f"got {_describe(initial_state)}"
-            )
-        if not initial_state.is_floating_point():
-            raise ValueError(f"initial_state: expected a floating-point dtype, got {initial_state.dtype}")
-    for name, x in (("q", q), ("k", k), ("v", v), ("initial_state", initial_state)):
-        if x is not None:
-            _check_finite(name, x)
-
-
-def _initial_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: torch.dtype) -> Tensor:
-    if initial_state is None:
-        b, _, h, dk = q.shape
-        return q.new_zeros(b, h, dk, v.shape[-1], dtype=dtype)
-    return initial_state.to(dtype)
+    check_qkv_state(q, k, v, initial_state)
 
 
 def linear_attention_reference(
@@ -103,10 +73,10 @@ def linear_attention_reference(
             :func:`check_linear_attention_inputs`).
     """
     check_linear_attention_inputs(q, k, v, initial_state)
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)
     with torch.autocast(q.device.type, enabled=False):
         q_, k_, v_ = (x.to(dtype) for x in (q, k, v))
-        state = _initial_state(q, v, initial_state, dtype)
+        state = initial_kv_state(q, v, initial_state, dtype)
         outputs = []
         for t in range(q.shape[1]):
             state = state + k_[:, t].unsqueeze(-1) * v_[:, t].unsqueeze(-2)
@@ -153,11 +123,11 @@ def linear_attention(
     check_linear_attention_inputs(q, k, v, initial_state)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
-    dtype = _compute_dtype(q.dtype)
+    dtype = compute_dtype(q.dtype)
     b, t, h, _ = q.shape
     dv = v.shape[-1]
     with torch.autocast(q.device.type, enabled=False):
-        state = _initial_state(q, v, initial_state, dtype)
+        state = initial_kv_state(q, v, initial_state, dtype)
         if t == 0:
             return v.new_zeros(v.shape), (state if output_final_state else None)
         c = min(chunk_size, t)

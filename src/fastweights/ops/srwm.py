@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastweights.ops._common import describe
 from fastweights.ops.srwm_autograd import srwm_fast_path
 
 __all__ = ["srwm", "srwm_reference", "srwm_read", "srwm_with_reads", "srwm_num_columns", "check_srwm_inputs"]
@@ -41,14 +42,14 @@ def check_srwm_inputs(x: Tensor, weight: Tensor, initial_state: Tensor | None) -
         ValueError: naming the argument, the expected shape/dtype and what was given.
     """
     if not isinstance(x, Tensor) or x.dim() != 4:
-        raise ValueError(f"x: expected a 4-D tensor [B, T, H, E], got {_describe(x)}")
+        raise ValueError(f"x: expected a 4-D tensor [B, T, H, E], got {describe(x)}")
     if not x.is_floating_point():
         raise ValueError(f"x: expected a floating-point dtype, got {x.dtype}")
     b, _, h, e = x.shape
     if not isinstance(weight, Tensor) or tuple(weight.shape) != (h, e, srwm_num_columns(e)):
         raise ValueError(
             f"weight: expected shape [H, E, 3E+4] = [{h}, {e}, {srwm_num_columns(e)}] for x of shape "
-            f"{tuple(x.shape)}, got {_describe(weight)}"
+            f"{tuple(x.shape)}, got {describe(weight)}"
         )
     if weight.dtype != x.dtype:
         raise ValueError(f"weight: expected dtype {x.dtype} (same as x), got {weight.dtype}")
@@ -57,16 +58,10 @@ def check_srwm_inputs(x: Tensor, weight: Tensor, initial_state: Tensor | None) -
         if not isinstance(initial_state, Tensor) or tuple(initial_state.shape) != expected:
             raise ValueError(
                 f"initial_state: expected shape [B, H, E, 3E+4] = {list(expected)}, "
-                f"got {_describe(initial_state)}"
+                f"got {describe(initial_state)}"
             )
         if not initial_state.is_floating_point():
             raise ValueError(f"initial_state: expected a floating-point dtype, got {initial_state.dtype}")
-
-
-def _describe(t: object) -> str:
-    if isinstance(t, Tensor):
-        return f"tensor of shape {list(t.shape)} and dtype {t.dtype}"
-    return f"{type(t).__name__}"
 
 
 def _initial_weights(x: Tensor, weight: Tensor, initial_state: Tensor | None) -> Tensor:
@@ -180,7 +175,7 @@ def srwm_with_reads(
     check_srwm_inputs(x, weight, initial_state)
     if not isinstance(x_read, Tensor) or x_read.shape != x.shape or x_read.dtype != x.dtype:
         raise ValueError(
-            f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {_describe(x_read)}"
+            f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {describe(x_read)}"
         )
     y, y_read, w = srwm_fast_path(x, x_read, _initial_weights(x, weight, initial_state))
     assert y_read is not None

@@ -1,0 +1,251 @@
+"""TTT-Linear / TTT-MLP sequence layers, parameter-compatible with ttt-lm-pytorch ``TTTLinear``/``TTTMLP``.
+
+Sources: Sun et al., "Learning to (Learn at Test Time): RNNs with Expressive Hidden States",
+arXiv 2407.04620 (ICML 2025), §2-§3; the reference module ``ttt.py`` of ttt-lm-pytorch (cd831db);
+restated in ``shared/spec/ttt_fla.md`` §1.2-§1.9 and §1.13. The inner loop is :mod:`fastweights.ops.ttt`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.ops.ttt import ttt_linear, ttt_mlp
+
+__all__ = ["TTTLinearLayer", "TTTMLPLayer", "rope_tables"]
+
+
+def rope_tables(head_dim: int, positions: int, theta: float = 10000.0) -> tuple[Tensor, Tensor]:
+    """The reference's float32 RoPE tables ``(cos, sin)``, each ``[positions, head_dim]`` laid out as
+    ``cat(freqs, freqs)`` (HF rotate-half layout); frequency ``p`` is ``theta^(-2p/head_dim)`` (spec §1.3).
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = torch.arange(positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def _rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate adjacent channel pairs ``(2p, 2p+1)`` of ``x [B, T, H, D]`` by the angles of frequency ``p``;
+    ``cos, sin [T, D]`` in the rotate-half layout (only the first ``D/2`` columns are used)."""
+    half = x.shape[-1] // 2
+    c, s = cos[:, None, :half], sin[:, None, :half]  # [T, 1, D/2]
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * c - odd * s, odd * c + even * s], dim=-1).flatten(-2)
+
+
+class _TTTBase(SequenceLayer):
+    _inner: str
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        mini_batch_size: int = 16,
+        ttt_base_lr: float = 1.0,
+        rope_theta: float = 10000.0,
+        share_qk: bool = False,
+        use_gate: bool = False,
+        conv_kernel: int = 4,
+        residual: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
+        if (d_model // num_heads) % 2:
+            raise ValueError(f"d_model: expected an even head dim for RoPE, got {d_model // num_heads}")
+        if mini_batch_size < 1:
+            raise ValueError(f"mini_batch_size: expected >= 1, got {mini_batch_size}")
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.mini_batch_size, self.ttt_base_lr, self.rope_theta = mini_batch_size, ttt_base_lr, rope_theta
+        self.share_qk, self.use_gate, self.conv_kernel, self.residual = share_qk, use_gate, conv_kernel, residual
+        h, d, c = num_heads, self.head_dim, d_model
+        self.learnable_token_idx = nn.Parameter(torch.zeros(mini_batch_size))
+        self.learnable_ttt_lr_weight = nn.Parameter(torch.randn(h, 1, c) * 0.02)
+        self.learnable_ttt_lr_bias = nn.Parameter(torch.zeros(h, 1))
+        self.ttt_norm_weight = nn.Parameter(torch.ones(h, d))
+        self.ttt_norm_bias = nn.Parameter(torch.zeros(h, d))
+        self.q_proj = nn.Linear(c, c, bias=False)
+        if share_qk:
+            self.conv_q = nn.Conv1d(c, c, conv_kernel, groups=c, padding=conv_kernel - 1, bias=True)
+            self.conv_k = nn.Conv1d(c, c, conv_kernel, groups=c, padding=conv_kernel - 1, bias=True)
+        else:
+            self.k_proj = nn.Linear(c, c, bias=False)
+        self.v_proj = nn.Linear(c, c, bias=False)
+        self.o_proj = nn.Linear(c, c, bias=False)
+        if use_gate:
+            self.g_proj = nn.Linear(c, c, bias=False)
+        self.post_norm = nn.LayerNorm(c, eps=1e-6)
+        if residual:
+            self.seq_norm = nn.RMSNorm(c, eps=1e-6)
+            self.dropout = nn.Dropout(dropout)
+
+    # ----------------------------------------------------------------------------- pieces
+    def _inner_params(self) -> dict[str, Tensor]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def token_scale(self, dtype: torch.dtype) -> Tensor:
+        """``s_i = max(0, 1/i + delta_i)``, ``i = 1..b``; ``1/i`` is computed in float64 (exact)."""
+        idx = 1.0 / torch.arange(1, self.mini_batch_size + 1, dtype=torch.float64, device=self.W1.device)
+        return (idx.to(dtype) + self.learnable_token_idx.to(dtype)).clamp_min(0.0)
+
+    def learning_rate(self, x: Tensor) -> Tensor:
+        """Source-token rates ``base_lr * sigmoid(x w_h + c_h) / head_dim``, ``[B, T, H]`` (spec §1.6)."""
+        logits = torch.einsum("btc,hc->bth", x, self.learnable_ttt_lr_weight[:, 0]) + self.learnable_ttt_lr_bias[:, 0]
+        return self.ttt_base_lr * torch.sigmoid(logits) / self.head_dim
+
+    def _conv(self, conv: nn.Conv1d, xqk: Tensor, ctx: Tensor) -> Tensor:
+        # depthwise causal conv over [previous kernel-1 inputs ; xqk], no padding
+        full = torch.cat([ctx, xqk], dim=1).transpose(1, 2)  # [B, C, k-1+T]
+        return F.conv1d(full, conv.weight, conv.bias, groups=self.d_model).transpose(1, 2)
+
+    def qkv(self, x: Tensor, offset: int, conv_state: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """``x [B, T, C]`` → ``q, k, v [B, T, H, D]`` (RoPE at positions ``(offset + t) mod b``) and the
+        new conv state ``[B, C, conv_kernel]`` (last inputs of the shared q/k projection, oldest first;
+        ``None`` without ``share_qk``)."""
+        b, t, c = x.shape
+        new_conv = None
+        if self.share_qk:
+            xqk = self.q_proj(x)
+            if conv_state is None:
+                conv_state = xqk.new_zeros(b, c, self.conv_kernel)
+            ctx = conv_state[:, :, 1:].transpose(1, 2).to(xqk.dtype)  # [B, k-1, C]
+            xq, xk = self._conv(self.conv_q, xqk, ctx), self._conv(self.conv_k, xqk, ctx)
+            new_conv = torch.cat([ctx, xqk], dim=1)[:, -self.conv_kernel :].transpose(1, 2)
+            new_conv = new_conv.to(torch.promote_types(new_conv.dtype, torch.float32))
+        else:
+            xq, xk = self.q_proj(x), self.k_proj(x)
+        xv = self.v_proj(x)
+        shape = (b, t, self.num_heads, self.head_dim)
+        cos, sin = rope_tables(self.head_dim, self.mini_batch_size, self.rope_theta)
+        pos = (torch.arange(t) + offset) % self.mini_batch_size
+        cos, sin = cos[pos].to(device=x.device, dtype=x.dtype), sin[pos].to(device=x.device, dtype=x.dtype)
+        q = _rope_interleaved(xq.reshape(shape), cos, sin)
+        k = _rope_interleaved(xk.reshape(shape), cos, sin)
+        return q, k, xv.reshape(shape), new_conv
+
+    def forward(self, x: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
+        """``x [B, T, C]`` → ``(out [B, T, C], state)``.
+
+        ``state`` (``None`` = slow weights) is a dict: the inner-loop state of :mod:`fastweights.ops.ttt`
+        (``"W1_states"``, ``"W1_grad"``, …, ``"offset"`` = tokens consumed mod ``b``) plus ``"conv_qk"``
+        ``[B, C, conv_kernel]`` with ``share_qk``. Any split of a sequence into calls (e.g. prefill, then
+        one token at a time) gives the outputs of one call over the whole sequence.
+
+        Raises:
+            ValueError: if ``x`` is not ``[B, T, d_model]`` or ``state`` is malformed.
+        """
+        check_layer_input(x, self.d_model)
+        if state is not None and not isinstance(state, dict):
+            raise ValueError(f"state: expected None or a dict returned by this layer, got {type(state).__name__}")
+        inner = None if state is None else {k: v for k, v in state.items() if k != "conv_qk"}
+        offset = 0 if state is None else state.get("offset", 0)
+        if not isinstance(offset, int):
+            raise ValueError(f"state: expected an int 'offset', got {offset!r}")
+        h_in = self.seq_norm(x) if self.residual else x
+        q, k, v, conv = self.qkv(h_in, offset, None if state is None else state.get("conv_qk"))
+        lr = self.learning_rate(h_in)
+        op = ttt_linear if self._inner == "linear" else ttt_mlp
+        o, new_state = op(
+            q,
+            k,
+            v,
+            lr,
+            self.token_scale(x.dtype),
+            *self._inner_params().values(),
+            self.ttt_norm_weight,
+            self.ttt_norm_bias,
+            initial_state=inner,
+            output_final_state=True,
+        )
+        assert new_state is not None
+        y = self.post_norm(o.reshape(x.shape))
+        if self.use_gate:
+            y = F.gelu(self.g_proj(h_in), approximate="tanh") * y
+        y = self.o_proj(y)
+        if conv is not None:
+            new_state["conv_qk"] = conv
+        if self.residual:
+            y = x + self.dropout(y)
+        return y, new_state
+
+    def repeat_state(self, state: Any, repeats: int) -> Any:
+        """Repeat every batch row of the state dict ``repeats`` times (the offset is shared)."""
+        return {
+            key: torch.repeat_interleave(val, repeats, dim=0) if isinstance(val, Tensor) else val
+            for key, val in state.items()
+        }
+
+
+_LAYER_DOC = """
+
+    Forward (spec §1.2-§1.9): ``XQ, XK, XV`` by bias-free projections (``share_qk``: one shared
+    projection followed by two depthwise causal convs with bias, kernel ``conv_kernel``); interleaved RoPE
+    (pairs ``(2p, 2p+1)``) at positions ``t mod b`` with the reference's float32 tables; token rates
+    ``lr = base_lr * sigmoid(x w_h + c_h) / head_dim``; position scales ``max(0, 1/i + delta_i)``; the
+    mini-batch TTT inner loop (:mod:`fastweights.ops.ttt`, dual form); ``post_norm`` (LayerNorm over
+    ``d_model``, eps 1e-6); ``use_gate``: ``GELU_tanh(g_proj(x)) *``; ``o_proj``.
+
+    Parameter names equal the reference state_dict keys (``learnable_token_idx``,
+    ``learnable_ttt_lr_weight``, ``learnable_ttt_lr_bias``, ``ttt_norm_weight/bias``, ``q/k/v/o_proj``,
+    ``conv_q/conv_k``, ``g_proj``, ``post_norm``, {inner}), so reference state dicts load directly.
+
+    Args:
+        d_model: width ``C``; a multiple of ``num_heads`` with an even head dim.
+        num_heads: number of heads ``H``.
+        mini_batch_size: TTT mini-batch size ``b`` (16).
+        ttt_base_lr: ``eta_base`` (1.0 for TTT-Linear; ttt-lm-jax uses 0.1 for TTT-MLP).
+        rope_theta: RoPE base.
+        share_qk, use_gate, conv_kernel: the Mamba-backbone options of the reference.
+        residual: ``False`` (default) = the bare reference module. ``True`` adds a pre-norm residual
+            wrapper ``x + Dropout(layer(RMSNorm(x)))`` (extra parameter ``seq_norm.weight``), the form used
+            by :func:`fastweights.layers.make_sequence_layer`.
+        dropout: dropout on the residual branch (only with ``residual=True``).
+
+    Raises:
+        ValueError: on an invalid size.
+"""
+
+
+class TTTLinearLayer(_TTTBase):
+    _inner = "linear"
+
+    def __init__(self, d_model: int, num_heads: int, **kwargs: Any) -> None:
+        super().__init__(d_model, num_heads, **kwargs)
+        d = self.head_dim
+        self.W1 = nn.Parameter(torch.randn(num_heads, d, d) * 0.02)
+        self.b1 = nn.Parameter(torch.zeros(num_heads, 1, d))
+
+    def _inner_params(self) -> dict[str, Tensor]:
+        return {"W1": self.W1, "b1": self.b1}
+
+
+class TTTMLPLayer(_TTTBase):
+    _inner = "mlp"
+
+    def __init__(self, d_model: int, num_heads: int, **kwargs: Any) -> None:
+        super().__init__(d_model, num_heads, **kwargs)
+        d = self.head_dim
+        self.W1 = nn.Parameter(torch.randn(num_heads, d, 4 * d) * 0.02)
+        self.b1 = nn.Parameter(torch.zeros(num_heads, 1, 4 * d))
+        self.W2 = nn.Parameter(torch.randn(num_heads, 4 * d, d) * 0.02)
+        self.b2 = nn.Parameter(torch.zeros(num_heads, 1, d))
+
+    def _inner_params(self) -> dict[str, Tensor]:
+        return {"W1": self.W1, "b1": self.b1, "W2": self.W2, "b2": self.b2}
+
+
+TTTLinearLayer.__doc__ = (
+    "TTT-Linear layer (inner model ``f(x) = x + LN_h(x W1 + b1)``, ``W1 [H, D, D]``, ``b1 [H, 1, D]``)."
+    + _LAYER_DOC.format(inner="``W1``, ``b1``")
+)
+TTTMLPLayer.__doc__ = (
+    "TTT-MLP layer (inner model ``f(x) = x + LN_h(GELU_tanh(x W1 + b1) W2 + b2)``, hidden ``4D``)."
+    + _LAYER_DOC.format(inner="``W1``, ``b1``, ``W2``, ``b2``")
+)

@@ -1,0 +1,461 @@
+"""Test-time training (TTT) inner loops: TTT-Linear and TTT-MLP, per-token reference and dual form.
+
+Sources: Sun et al., "Learning to (Learn at Test Time): RNNs with Expressive Hidden States",
+arXiv 2407.04620 (ICML 2025), §2 (inner model, self-supervised loss, mini-batch TTT, dual form), as
+implemented in ttt-lm-pytorch ``ttt.py``; restated in ``shared/spec/ttt_fla.md`` §1.4-§1.8 and §1.13.
+
+Layout: ``q, k, v [B, T, H, D]`` (already projected and rotated), ``lr [B, T, H]`` the source-token
+learning rates ``lr_j`` (spec §1.6, including the ``1/D`` factor), ``token_scale [b]`` the position
+scales ``s_i = max(0, 1/i + delta_i)`` of the ``b = mini_batch_size`` in-mini-batch positions.
+
+Inner model per head (row-vector convention ``x W + b``), with a per-head LayerNorm ``LN_h`` (weight
+and bias ``[H, D]``, biased variance, ``eps``) and a residual: ``f(x) = x + LN_h(f_res(x))``.
+
+- TTT-Linear: ``f_res(x) = x W1 + b1``, ``W1 [H, D, D]``, ``b1 [H, 1, D]``.
+- TTT-MLP: ``f_res(x) = GELU_tanh(x W1 + b1) W2 + b2``, ``W1 [H, D, 4D]``, ``b1 [H, 1, 4D]``,
+  ``W2 [H, 4D, D]``, ``b2 [H, 1, D]``.
+
+Inner loss of token j: ``l_j(W) = 1/2 ||LN_h(f_res(k_j; W)) - (v_j - k_j)||^2`` (summed over features).
+
+Mini-batch semantics (spec §1.7): tokens are grouped into mini-batches of ``b`` consecutive positions
+(counted from the start of the whole sequence, so a carried state continues a partial mini-batch).
+With ``W^m`` the weights at the start of mini-batch m, token i of the mini-batch is read with
+``W_i = W^m - s_i * sum_{j<=i} lr_j grad l_j(W^m)`` (every gradient at ``W^m``), and the output is
+``z_i = q_i + LN_h(f_res(q_i; W_i))``. At the end of a full mini-batch ``W^{m+1} = W_b``.
+
+State (spec §1.13, the ``TTTCache`` layout): a dict with ``"W1_states"`` ``[B, H, ...]`` (and ``b1``,
+``W2``, ``b2`` for the MLP) = the weights at the last mini-batch boundary, ``"W1_grad"`` etc. = the
+running sums ``sum_j lr_j grad l_j(W_states)`` since that boundary (not yet scaled by ``s``), and
+``"offset"`` (int) = the number of tokens consumed modulo ``b``. The weights that the last token was
+read with are ``W_states - s_offset * W_grad`` (see :func:`ttt_current_weights`). A sequence processed
+in several calls with the state carried gives exactly the outputs of one call, at any split point
+(the reference implementation only supports prefill from a boundary, then single tokens).
+
+Quirk reproduced on purpose: the TTT-MLP inner gradient uses the reference's analytic tanh-GELU
+derivative with its truncated constants ``0.79788456`` and ``0.1070322243`` (spec §1.5); the per-token
+reference differentiates ``gelu(tanh)`` exactly with autograd, so the two differ by about 1e-12.
+
+Precision: float32/float64 inputs are computed in their own dtype; float16/bfloat16 in float32
+(output cast back, state float32). Autocast is disabled inside.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+__all__ = [
+    "ttt_linear",
+    "ttt_linear_reference",
+    "ttt_mlp",
+    "ttt_mlp_reference",
+    "ttt_current_weights",
+    "ttt_initial_state",
+]
+
+_LINEAR = ("W1", "b1")
+_MLP = ("W1", "b1", "W2", "b2")
+
+
+def _describe(t: object) -> str:
+    if isinstance(t, Tensor):
+        return f"tensor of shape {list(t.shape)} and dtype {t.dtype}"
+    return type(t).__name__
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _param_shapes(names: tuple[str, ...], h: int, d: int) -> dict[str, tuple[int, ...]]:
+    if names == _LINEAR:
+        return {"W1": (h, d, d), "b1": (h, 1, d)}
+    return {"W1": (h, d, 4 * d), "b1": (h, 1, 4 * d), "W2": (h, 4 * d, d), "b2": (h, 1, d)}
+
+
+def _check_inputs(
+    names: tuple[str, ...],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lr: Tensor,
+    token_scale: Tensor,
+    params: dict[str, Tensor],
+    ln_weight: Tensor,
+    ln_bias: Tensor,
+    initial_state: dict | None,
+) -> None:
+    if not isinstance(q, Tensor) or q.dim() != 4:
+        raise ValueError(f"q: expected a 4-D tensor [B, T, H, D], got {_describe(q)}")
+    if not q.is_floating_point():
+        raise ValueError(f"q: expected a floating-point dtype, got {q.dtype}")
+    b, t, h, d = q.shape
+    for name, x in (("k", k), ("v", v)):
+        if not isinstance(x, Tensor) or x.shape != q.shape:
+            raise ValueError(f"{name}: expected shape [B, T, H, D] = {list(q.shape)} (same as q), got {_describe(x)}")
+    if not isinstance(lr, Tensor) or tuple(lr.shape) != (b, t, h):
+        raise ValueError(f"lr: expected shape [B, T, H] = [{b}, {t}, {h}], got {_describe(lr)}")
+    if not isinstance(token_scale, Tensor) or token_scale.dim() != 1 or token_scale.shape[0] < 1:
+        raise ValueError(f"token_scale: expected a 1-D tensor [mini_batch_size], got {_describe(token_scale)}")
+    expected = _param_shapes(names, h, d)
+    for name, shape in expected.items():
+        p = params[name]
+        if not isinstance(p, Tensor) or tuple(p.shape) != shape:
+            raise ValueError(f"{name}: expected shape {list(shape)}, got {_describe(p)}")
+    for name, x in (("ln_weight", ln_weight), ("ln_bias", ln_bias)):
+        if not isinstance(x, Tensor) or tuple(x.shape) != (h, d):
+            raise ValueError(f"{name}: expected shape [H, D] = [{h}, {d}], got {_describe(x)}")
+    tensors = {"k": k, "v": v, "lr": lr, "token_scale": token_scale, "ln_weight": ln_weight, "ln_bias": ln_bias}
+    tensors.update(params)
+    for name, x in tensors.items():
+        if not x.is_floating_point():
+            raise ValueError(f"{name}: expected a floating-point dtype, got {x.dtype}")
+    for name, x in (("k", k), ("v", v), ("lr", lr)):
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name}: expected dtype {q.dtype} (same as q), got {x.dtype}")
+    if initial_state is not None:
+        if not isinstance(initial_state, dict):
+            raise ValueError(f"initial_state: expected a dict (see the module docstring), got {_describe(initial_state)}")
+        offset = initial_state.get("offset")
+        mbs = token_scale.shape[0]
+        if not isinstance(offset, int) or not 0 <= offset < mbs:
+            raise ValueError(f"initial_state: expected an int 'offset' in [0, {mbs}), got {offset!r}")
+        for name, shape in expected.items():
+            for key in (f"{name}_states", f"{name}_grad"):
+                x = initial_state.get(key)
+                if not isinstance(x, Tensor) or tuple(x.shape) != (b, *shape):
+                    raise ValueError(f"initial_state: expected '{key}' of shape {[b, *shape]}, got {_describe(x)}")
+                if not x.is_floating_point():
+                    raise ValueError(f"initial_state: expected '{key}' to be floating point, got {x.dtype}")
+                tensors[f"initial_state[{key!r}]"] = x
+    tensors["q"] = q
+    for name, x in tensors.items():
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name}: expected finite values, got NaN or Inf")
+
+
+def ttt_initial_state(params: dict[str, Tensor], batch_size: int, dtype: torch.dtype | None = None) -> dict:
+    """The state that starts from the slow weights: ``params`` (``"W1"``, ``"b1"`` [, ``"W2"``, ``"b2"``],
+    each ``[H, ...]``) tiled over ``batch_size``, zero gradient sums, ``offset`` 0."""
+    state: dict = {"offset": 0}
+    for name, p in params.items():
+        p = p if dtype is None else p.to(dtype)
+        state[f"{name}_states"] = p.unsqueeze(0).expand(batch_size, *p.shape)
+        state[f"{name}_grad"] = torch.zeros(batch_size, *p.shape, dtype=p.dtype, device=p.device)
+    return state
+
+
+def ttt_current_weights(state: dict, token_scale: Tensor) -> dict[str, Tensor]:
+    """The inner weights the last processed token was read with: ``W_states - s_offset * W_grad``
+    (``W_states`` itself at a mini-batch boundary). Keys ``"W1"``, ``"b1"`` [, ``"W2"``, ``"b2"``],
+    each ``[B, H, ...]``; this is the reference's ``final_ttt_state`` of a no-cache forward."""
+    offset = state["offset"]
+    names = [k[: -len("_states")] for k in state if k.endswith("_states")]
+    if offset == 0:
+        return {n: state[f"{n}_states"] for n in names}
+    s = token_scale[offset - 1]
+    return {n: state[f"{n}_states"] - s.to(state[f"{n}_grad"].dtype) * state[f"{n}_grad"] for n in names}
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def _ln(z: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """Per-head LayerNorm over the last dim; ``weight, bias [H, 1, D]`` broadcast over ``[B, H, n, D]``."""
+    mu = z.mean(dim=-1, keepdim=True)
+    var = z.var(dim=-1, keepdim=True, unbiased=False)
+    return (z - mu) / torch.sqrt(var + eps) * weight + bias
+
+
+def _ln_l2_grad(z: Tensor, target: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """``d/dz 1/2 ||LN(z) - target||^2`` by the analytic LayerNorm backward (spec §1.5)."""
+    d = z.shape[-1]
+    mu = z.mean(dim=-1, keepdim=True)
+    std = torch.sqrt(z.var(dim=-1, keepdim=True, unbiased=False) + eps)
+    x_hat = (z - mu) / std
+    g_xhat = (weight * x_hat + bias - target) * weight
+    return (
+        d * g_xhat - g_xhat.sum(dim=-1, keepdim=True) - x_hat * (g_xhat * x_hat).sum(dim=-1, keepdim=True)
+    ) / (d * std)
+
+
+def _gelu_tanh_grad(x: Tensor) -> Tensor:
+    """Derivative of tanh-GELU with the reference's truncated constants (spec §1.5)."""
+    th = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+    return 0.5 * x * ((1 - th * th) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + th)
+
+
+def _gelu_tanh_grad_exact(x: Tensor) -> Tensor:
+    """Derivative of tanh-GELU with exact constants ``sqrt(2/pi)`` and ``3 * 0.044715 * sqrt(2/pi)``."""
+    c = math.sqrt(2.0 / math.pi)
+    th = torch.tanh(c * x * (1 + 0.044715 * x * x))
+    return 0.5 * x * ((1 - th * th) * (c + 3 * 0.044715 * c * x * x)) + 0.5 * (1 + th)
+
+
+def _gelu(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+def _prepare(
+    names: tuple[str, ...],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lr: Tensor,
+    token_scale: Tensor,
+    params: dict[str, Tensor],
+    ln_weight: Tensor,
+    ln_bias: Tensor,
+    initial_state: dict | None,
+):
+    _check_inputs(names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state)
+    dtype = _compute_dtype(q.dtype)
+    qh, kh, vh = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # [B, H, T, D]
+    lrh = lr.to(dtype).transpose(1, 2)  # [B, H, T]
+    if initial_state is None:
+        state = ttt_initial_state(params, q.shape[0], dtype)
+    else:
+        state = {key: (val.to(dtype) if isinstance(val, Tensor) else val) for key, val in initial_state.items()}
+    lnw, lnb = ln_weight.to(dtype).unsqueeze(1), ln_bias.to(dtype).unsqueeze(1)  # [H, 1, D]
+    return dtype, qh, kh, vh, lrh, token_scale.to(dtype), state, lnw, lnb
+
+
+def _finish(o: Tensor, q: Tensor, state: dict, output_final_state: bool) -> tuple[Tensor, dict | None]:
+    return o.transpose(1, 2).to(q.dtype), (state if output_final_state else None)
+
+
+def _segments(offset: int, t: int, mbs: int):
+    """Split ``t`` tokens starting at in-mini-batch offset ``offset`` into pieces that stay inside one
+    mini-batch: yields ``(start, length, position_of_first_token)``."""
+    start, pos = 0, offset
+    while start < t:
+        n = min(t - start, mbs - pos)
+        yield start, n, pos
+        start, pos = start + n, (pos + n) % mbs
+
+
+# ------------------------------------------------------------------------------ per-token reference
+
+
+def _inner_loss(names: tuple[str, ...], w: dict[str, Tensor], k: Tensor, v: Tensor, lnw, lnb, eps) -> Tensor:
+    z = k.unsqueeze(-2) @ w["W1"] + w["b1"]  # [B, H, 1, *]
+    if names == _MLP:
+        z = _gelu(z) @ w["W2"] + w["b2"]
+    y = _ln(z, lnw, lnb, eps)
+    return 0.5 * ((y - (v - k).unsqueeze(-2)) ** 2).sum()
+
+
+def _read(names: tuple[str, ...], w: dict[str, Tensor], q: Tensor, lnw, lnb, eps) -> Tensor:
+    z = q.unsqueeze(-2) @ w["W1"] + w["b1"]
+    if names == _MLP:
+        z = _gelu(z) @ w["W2"] + w["b2"]
+    return q + _ln(z, lnw, lnb, eps).squeeze(-2)
+
+
+def _reference(names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps):
+    dtype, qh, kh, vh, lrh, s, state, lnw, lnb = _prepare(
+        names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state
+    )
+    mbs = s.shape[0]
+    with torch.autocast(q.device.type, enabled=False):
+        ws = {n: state[f"{n}_states"] for n in names}
+        acc = {n: state[f"{n}_grad"] for n in names}
+        pos = state["offset"]
+        grad_fn = torch.func.grad(lambda w, kt, vt: _inner_loss(names, w, kt, vt, lnw, lnb, eps))
+        outs = []
+        for t in range(qh.shape[2]):
+            g = grad_fn(ws, kh[:, :, t], vh[:, :, t])  # gradient of l_t at the mini-batch start weights
+            lr_t = lrh[:, :, t, None, None]
+            acc = {n: acc[n] + lr_t * g[n] for n in names}
+            w_t = {n: ws[n] - s[pos] * acc[n] for n in names}
+            outs.append(_read(names, w_t, qh[:, :, t], lnw, lnb, eps))
+            pos += 1
+            if pos == mbs:  # mini-batch boundary: W^{m+1} = W_b, sums restart
+                ws, acc, pos = w_t, {n: torch.zeros_like(acc[n]) for n in names}, 0
+        o = torch.stack(outs, dim=2) if outs else qh.clone()
+    final = {"offset": pos, **{f"{n}_states": ws[n] for n in names}, **{f"{n}_grad": acc[n] for n in names}}
+    return _finish(o, q, final, output_final_state)
+
+
+# --------------------------------------------------------------------------------------- dual form
+
+
+def _dual(
+    names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps, exact=False
+):
+    dtype, qh, kh, vh, lrh, s, state, lnw, lnb = _prepare(
+        names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state
+    )
+    mbs = s.shape[0]
+    mlp = names == _MLP
+    with torch.autocast(q.device.type, enabled=False):
+        ws = {n: state[f"{n}_states"] for n in names}
+        acc = {n: state[f"{n}_grad"] for n in names}
+        has_acc = state["offset"] > 0
+        outs = []
+        for start, n, pos in _segments(state["offset"], qh.shape[2], mbs):
+            Q, K, V = (x[:, :, start : start + n] for x in (qh, kh, vh))  # [B, H, n, D]
+            lr_j = lrh[:, :, start : start + n]  # [B, H, n]
+            s_i = s[pos : pos + n, None]  # [n, 1]
+            tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
+            # gradients of every token at the mini-batch start weights
+            z1 = K @ ws["W1"] + ws["b1"]
+            if mlp:
+                x2 = _gelu(z1)
+                g2 = _ln_l2_grad(x2 @ ws["W2"] + ws["b2"], V - K, lnw, lnb, eps)
+                g1 = (g2 @ ws["W2"].transpose(-2, -1)) * (_gelu_tanh_grad_exact(z1) if exact else _gelu_tanh_grad(z1))
+            else:
+                g1 = _ln_l2_grad(z1, V - K, lnw, lnb, eps)
+
+            def layer(x: Tensor, keys: Tensor, g: Tensor, w: str, b: str) -> Tensor:
+                # x W_i + b_i with W_i = W_s - s_i (A_W + sum_{j<=i} lr_j keys_j^T g_j), b_i likewise
+                attn = ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(~tril, 0.0)
+                upd = attn @ g + torch.cumsum(lr_j.unsqueeze(-1) * g, dim=2)
+                if has_acc:
+                    upd = upd + x @ acc[w] + acc[b]
+                return x @ ws[w] + ws[b] - s_i * upd
+
+            z = layer(Q, K, g1, "W1", "b1")
+            if mlp:
+                z = layer(_gelu(z), x2, g2, "W2", "b2")
+            outs.append(Q + _ln(z, lnw, lnb, eps))
+            # running gradient sums, then the boundary update
+            lrg1 = lr_j.unsqueeze(-1) * g1
+            new = {"W1": K.transpose(-2, -1) @ lrg1, "b1": lrg1.sum(dim=2, keepdim=True)}
+            if mlp:
+                lrg2 = lr_j.unsqueeze(-1) * g2
+                new.update(W2=x2.transpose(-2, -1) @ lrg2, b2=lrg2.sum(dim=2, keepdim=True))
+            acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}
+            has_acc = True
+            if pos + n == mbs:
+                ws = {m: ws[m] - s[mbs - 1] * acc[m] for m in names}
+                acc = {m: torch.zeros_like(acc[m]) for m in names}
+                has_acc = False
+        o = torch.cat(outs, dim=2) if outs else qh.clone()
+    offset = (state["offset"] + qh.shape[2]) % mbs
+    final = {"offset": offset, **{f"{m}_states": ws[m] for m in names}, **{f"{m}_grad": acc[m] for m in names}}
+    return _finish(o, q, final, output_final_state)
+
+
+# ------------------------------------------------------------------------------------- public API
+
+_ARGS_DOC = """
+    Args:
+        q, k, v: ``[B, T, H, D]`` queries, keys, values of the inner loss (after projections and RoPE);
+            float16/bfloat16/float32/float64, one dtype.
+        lr: ``[B, T, H]`` source-token learning rates ``lr_j = base_lr * sigmoid(x_j w_h + c_h) / D``
+            (spec §1.6), same dtype as ``q``.
+        token_scale: ``[b]`` position scales ``s_i = max(0, 1/i + delta_i)``; its length is the
+            mini-batch size ``b``.
+        {params}
+        ln_weight, ln_bias: ``[H, D]`` the per-head inner LayerNorm (used in the loss and the output).
+        initial_state: ``None`` (start from the slow weights, offset 0) or a state dict as returned with
+            ``output_final_state=True`` (see the module docstring); its weights win over the slow ones.
+        output_final_state: also return the final state dict.
+        eps: LayerNorm epsilon (1e-6 in the reference).
+
+    Returns:
+        ``(o, state)``: ``o [B, T, H, D]`` in the dtype of ``q`` (``q + LN_h(f_res(q; W_i))`` per token);
+        ``state`` or ``None``.
+
+    Raises:
+        ValueError: naming the argument, on wrong shapes/dtypes, a malformed state or NaN/Inf inputs.
+"""
+
+_LIN_PARAMS = "W1, b1: ``[H, D, D]``, ``[H, 1, D]`` slow initial inner weights (tiled over the batch)."
+_MLP_PARAMS = (
+    "W1, b1, W2, b2: ``[H, D, 4D]``, ``[H, 1, 4D]``, ``[H, 4D, D]``, ``[H, 1, D]`` slow initial inner\n"
+    "            weights (tiled over the batch)."
+)
+
+
+def ttt_linear_reference(
+    q, k, v, lr, token_scale, W1, b1, ln_weight, ln_bias, *, initial_state=None, output_final_state=False, eps=1e-6
+) -> tuple[Tensor, dict | None]:
+    params = {"W1": W1, "b1": b1}
+    return _reference(
+        _LINEAR, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
+    )
+
+
+def ttt_linear(
+    q, k, v, lr, token_scale, W1, b1, ln_weight, ln_bias, *, initial_state=None, output_final_state=False, eps=1e-6
+) -> tuple[Tensor, dict | None]:
+    params = {"W1": W1, "b1": b1}
+    return _dual(_LINEAR, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps)
+
+
+def ttt_mlp_reference(
+    q,
+    k,
+    v,
+    lr,
+    token_scale,
+    W1,
+    b1,
+    W2,
+    b2,
+    ln_weight,
+    ln_bias,
+    *,
+    initial_state=None,
+    output_final_state=False,
+    eps=1e-6,
+) -> tuple[Tensor, dict | None]:
+    params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
+    return _reference(
+        _MLP, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
+    )
+
+
+def ttt_mlp(
+    q,
+    k,
+    v,
+    lr,
+    token_scale,
+    W1,
+    b1,
+    W2,
+    b2,
+    ln_weight,
+    ln_bias,
+    *,
+    initial_state=None,
+    output_final_state=False,
+    eps=1e-6,
+    exact_gelu_grad=False,
+) -> tuple[Tensor, dict | None]:
+    params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
+    return _dual(
+        _MLP, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps,
+        exact_gelu_grad,
+    )
+
+
+ttt_linear_reference.__doc__ = (
+    "Per-token primal TTT-Linear (spec §1.7): obviously correct, not fast.\n\n"
+    "    Each token's inner gradient is taken with autograd (``torch.func.grad``) at the weights of its\n"
+    "    mini-batch start; ``W_i = W^m - s_i * sum_{j<=i} lr_j grad_j`` is materialised per token.\n"
+    + _ARGS_DOC.format(params=_LIN_PARAMS)
+)
+ttt_linear.__doc__ = (
+    "Mini-batch dual-form TTT-Linear (spec §1.8; what the reference runs for training and prefill).\n\n"
+    "    Per mini-batch: ``G = LNbwd(K W + b, V - K)``; ``Z_i = Q W + b - s_i (sum_{j<=i} lr_j (q_i.k_j) g_j\n"
+    "    + sum_{j<=i} lr_j g_j)``; never materialises the per-token weights. Differentiable by autograd.\n"
+    + _ARGS_DOC.format(params=_LIN_PARAMS)
+)
+ttt_mlp_reference.__doc__ = (
+    "Per-token primal TTT-MLP (spec §1.7; inner gradient by autograd, exact tanh-GELU derivative).\n"
+    + _ARGS_DOC.format(params=_MLP_PARAMS)
+)
+ttt_mlp.__doc__ = (
+    "Mini-batch dual-form TTT-MLP (spec §1.8).\n\n"
+    "    The inner gradient uses the reference's analytic tanh-GELU derivative with its truncated constants\n"
+    "    (bit-faithful to ttt-lm-pytorch); ``exact_gelu_grad=True`` uses the exact constants instead (then it\n"
+    "    equals :func:`ttt_mlp_reference` to rounding).\n"
+    + _ARGS_DOC.format(params=_MLP_PARAMS)
+)
