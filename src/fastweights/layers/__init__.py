@@ -24,7 +24,15 @@ __all__ = [
     "SEQUENCE_LAYERS",
 ]
 
-SEQUENCE_LAYERS = ("srwm", "deltanet", "linear_attention", "softmax_attention", "lstm", "ttt_linear", "ttt_mlp")
+SEQUENCE_LAYERS = (
+    "srwm",
+    "deltanet",
+    "linear_attention",
+    "softmax_attention",
+    "lstm",
+    "ttt_linear",
+    "ttt_mlp",
+)
 
 
 def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: float = 0.0) -> SequenceLayer:

@@ -64,7 +64,12 @@ class _TTTBase(SequenceLayer):
             raise ValueError(f"mini_batch_size: expected >= 1, got {mini_batch_size}")
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
         self.mini_batch_size, self.ttt_base_lr, self.rope_theta = mini_batch_size, ttt_base_lr, rope_theta
-        self.share_qk, self.use_gate, self.conv_kernel, self.residual = share_qk, use_gate, conv_kernel, residual
+        self.share_qk, self.use_gate, self.conv_kernel, self.residual = (
+            share_qk,
+            use_gate,
+            conv_kernel,
+            residual,
+        )
         h, d, c = num_heads, self.head_dim, d_model
         self.learnable_token_idx = nn.Parameter(torch.zeros(mini_batch_size))
         self.learnable_ttt_lr_weight = nn.Parameter(torch.randn(h, 1, c) * 0.02)
@@ -97,15 +102,22 @@ class _TTTBase(SequenceLayer):
 
     def learning_rate(self, x: Tensor) -> Tensor:
         """Source-token rates ``base_lr * sigmoid(x w_h + c_h) / head_dim``, ``[B, T, H]`` (spec §1.6)."""
-        logits = torch.einsum("btc,hc->bth", x, self.learnable_ttt_lr_weight[:, 0]) + self.learnable_ttt_lr_bias[:, 0]
+        logits = (
+            torch.einsum("btc,hc->bth", x, self.learnable_ttt_lr_weight[:, 0])
+            + self.learnable_ttt_lr_bias[:, 0]
+        )
         return self.ttt_base_lr * torch.sigmoid(logits) / self.head_dim
 
     def _conv(self, conv: nn.Conv1d, xqk: Tensor, ctx: Tensor) -> Tensor:
         # depthwise causal conv over [previous kernel-1 inputs ; xqk], no padding
-        full = torch.cat([ctx, xqk], dim=1).transpose(1, 2)  # [B, C, k-1+T]
-        return F.conv1d(full, conv.weight, conv.bias, groups=self.d_model).transpose(1, 2)
+        if xqk.shape[1] == 0:
+            return xqk
+        full = torch.cat([ctx, xqk], dim=1).unfold(1, self.conv_kernel, 1)  # [B, T, C, k]
+        return (full * conv.weight[:, 0].to(full.dtype)).sum(-1) + conv.bias.to(full.dtype)
 
-    def qkv(self, x: Tensor, offset: int, conv_state: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    def qkv(
+        self, x: Tensor, offset: int, conv_state: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """``x [B, T, C]`` → ``q, k, v [B, T, H, D]`` (RoPE at positions ``(offset + t) mod b``) and the
         new conv state ``[B, C, conv_kernel]`` (last inputs of the shared q/k projection, oldest first;
         ``None`` without ``share_qk``)."""
@@ -117,7 +129,8 @@ class _TTTBase(SequenceLayer):
                 conv_state = xqk.new_zeros(b, c, self.conv_kernel)
             ctx = conv_state[:, :, 1:].transpose(1, 2).to(xqk.dtype)  # [B, k-1, C]
             xq, xk = self._conv(self.conv_q, xqk, ctx), self._conv(self.conv_k, xqk, ctx)
-            new_conv = torch.cat([ctx, xqk], dim=1)[:, -self.conv_kernel :].transpose(1, 2)
+            new_conv = torch.cat([conv_state.transpose(1, 2).to(xqk.dtype), xqk], dim=1)
+            new_conv = new_conv[:, -self.conv_kernel :].transpose(1, 2)
             new_conv = new_conv.to(torch.promote_types(new_conv.dtype, torch.float32))
         else:
             xq, xk = self.q_proj(x), self.k_proj(x)
@@ -125,9 +138,10 @@ class _TTTBase(SequenceLayer):
         shape = (b, t, self.num_heads, self.head_dim)
         cos, sin = rope_tables(self.head_dim, self.mini_batch_size, self.rope_theta)
         pos = (torch.arange(t) + offset) % self.mini_batch_size
-        cos, sin = cos[pos].to(device=x.device, dtype=x.dtype), sin[pos].to(device=x.device, dtype=x.dtype)
-        q = _rope_interleaved(xq.reshape(shape), cos, sin)
-        k = _rope_interleaved(xk.reshape(shape), cos, sin)
+        dt = xv.dtype  # the projection dtype (bfloat16 under autocast)
+        cos, sin = cos[pos].to(device=x.device, dtype=dt), sin[pos].to(device=x.device, dtype=dt)
+        q = _rope_interleaved(xq.to(dt).reshape(shape), cos, sin)
+        k = _rope_interleaved(xk.to(dt).reshape(shape), cos, sin)
         return q, k, xv.reshape(shape), new_conv
 
     def forward(self, x: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
@@ -143,14 +157,22 @@ class _TTTBase(SequenceLayer):
         """
         check_layer_input(x, self.d_model)
         if state is not None and not isinstance(state, dict):
-            raise ValueError(f"state: expected None or a dict returned by this layer, got {type(state).__name__}")
+            raise ValueError(
+                f"state: expected None or a dict returned by this layer, got {type(state).__name__}"
+            )
         inner = None if state is None else {k: v for k, v in state.items() if k != "conv_qk"}
         offset = 0 if state is None else state.get("offset", 0)
         if not isinstance(offset, int):
             raise ValueError(f"state: expected an int 'offset', got {offset!r}")
+        conv_qk = None if state is None else state.get("conv_qk")
+        if self.share_qk and state is not None:
+            expected = (x.shape[0], self.d_model, self.conv_kernel)
+            if not isinstance(conv_qk, Tensor) or tuple(conv_qk.shape) != expected:
+                got = list(conv_qk.shape) if isinstance(conv_qk, Tensor) else type(conv_qk).__name__
+                raise ValueError(f"state: expected 'conv_qk' of shape {list(expected)}, got {got}")
         h_in = self.seq_norm(x) if self.residual else x
-        q, k, v, conv = self.qkv(h_in, offset, None if state is None else state.get("conv_qk"))
-        lr = self.learning_rate(h_in)
+        q, k, v, conv = self.qkv(h_in, offset, conv_qk)
+        lr = self.learning_rate(h_in).to(q.dtype)
         op = ttt_linear if self._inner == "linear" else ttt_mlp
         o, new_state = op(
             q,

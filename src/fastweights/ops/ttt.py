@@ -95,11 +95,15 @@ def _check_inputs(
     b, t, h, d = q.shape
     for name, x in (("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.shape != q.shape:
-            raise ValueError(f"{name}: expected shape [B, T, H, D] = {list(q.shape)} (same as q), got {_describe(x)}")
+            raise ValueError(
+                f"{name}: expected shape [B, T, H, D] = {list(q.shape)} (same as q), got {_describe(x)}"
+            )
     if not isinstance(lr, Tensor) or tuple(lr.shape) != (b, t, h):
         raise ValueError(f"lr: expected shape [B, T, H] = [{b}, {t}, {h}], got {_describe(lr)}")
     if not isinstance(token_scale, Tensor) or token_scale.dim() != 1 or token_scale.shape[0] < 1:
-        raise ValueError(f"token_scale: expected a 1-D tensor [mini_batch_size], got {_describe(token_scale)}")
+        raise ValueError(
+            f"token_scale: expected a 1-D tensor [mini_batch_size], got {_describe(token_scale)}"
+        )
     expected = _param_shapes(names, h, d)
     for name, shape in expected.items():
         p = params[name]
@@ -108,7 +112,14 @@ def _check_inputs(
     for name, x in (("ln_weight", ln_weight), ("ln_bias", ln_bias)):
         if not isinstance(x, Tensor) or tuple(x.shape) != (h, d):
             raise ValueError(f"{name}: expected shape [H, D] = [{h}, {d}], got {_describe(x)}")
-    tensors = {"k": k, "v": v, "lr": lr, "token_scale": token_scale, "ln_weight": ln_weight, "ln_bias": ln_bias}
+    tensors = {
+        "k": k,
+        "v": v,
+        "lr": lr,
+        "token_scale": token_scale,
+        "ln_weight": ln_weight,
+        "ln_bias": ln_bias,
+    }
     tensors.update(params)
     for name, x in tensors.items():
         if not x.is_floating_point():
@@ -118,7 +129,9 @@ def _check_inputs(
             raise ValueError(f"{name}: expected dtype {q.dtype} (same as q), got {x.dtype}")
     if initial_state is not None:
         if not isinstance(initial_state, dict):
-            raise ValueError(f"initial_state: expected a dict (see the module docstring), got {_describe(initial_state)}")
+            raise ValueError(
+                f"initial_state: expected a dict (see the module docstring), got {_describe(initial_state)}"
+            )
         offset = initial_state.get("offset")
         mbs = token_scale.shape[0]
         if not isinstance(offset, int) or not 0 <= offset < mbs:
@@ -127,7 +140,9 @@ def _check_inputs(
             for key in (f"{name}_states", f"{name}_grad"):
                 x = initial_state.get(key)
                 if not isinstance(x, Tensor) or tuple(x.shape) != (b, *shape):
-                    raise ValueError(f"initial_state: expected '{key}' of shape {[b, *shape]}, got {_describe(x)}")
+                    raise ValueError(
+                        f"initial_state: expected '{key}' of shape {[b, *shape]}, got {_describe(x)}"
+                    )
                 if not x.is_floating_point():
                     raise ValueError(f"initial_state: expected '{key}' to be floating point, got {x.dtype}")
                 tensors[f"initial_state[{key!r}]"] = x
@@ -218,7 +233,9 @@ def _prepare(
     if initial_state is None:
         state = ttt_initial_state(params, q.shape[0], dtype)
     else:
-        state = {key: (val.to(dtype) if isinstance(val, Tensor) else val) for key, val in initial_state.items()}
+        state = {
+            key: (val.to(dtype) if isinstance(val, Tensor) else val) for key, val in initial_state.items()
+        }
     lnw, lnb = ln_weight.to(dtype).unsqueeze(1), ln_bias.to(dtype).unsqueeze(1)  # [H, 1, D]
     return dtype, qh, kh, vh, lrh, token_scale.to(dtype), state, lnw, lnb
 
@@ -255,7 +272,9 @@ def _read(names: tuple[str, ...], w: dict[str, Tensor], q: Tensor, lnw, lnb, eps
     return q + _ln(z, lnw, lnb, eps).squeeze(-2)
 
 
-def _reference(names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps):
+def _reference(
+    names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
+):
     dtype, qh, kh, vh, lrh, s, state, lnw, lnb = _prepare(
         names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state
     )
@@ -283,8 +302,30 @@ def _reference(names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, init
 # --------------------------------------------------------------------------------------- dual form
 
 
+def _dual_layer(x, keys, g, lr_j, s_i, tril, w, b, acc_w, acc_b, has_acc: bool) -> Tensor:
+    """``x W_i + b_i`` for every row i, with ``W_i = W - s_i (acc_W + sum_{j<=i} lr_j keys_j^T g_j)`` and
+    ``b_i = b - s_i (acc_b + sum_{j<=i} lr_j g_j)``, without materialising ``W_i`` (spec §1.8)."""
+    attn = ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(~tril, 0.0)
+    upd = attn @ g + torch.cumsum(lr_j.unsqueeze(-1) * g, dim=2)
+    if has_acc:
+        upd = upd + x @ acc_w + acc_b
+    return x @ w + b - s_i * upd
+
+
 def _dual(
-    names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps, exact=False
+    names,
+    q,
+    k,
+    v,
+    lr,
+    token_scale,
+    params,
+    ln_weight,
+    ln_bias,
+    initial_state,
+    output_final_state,
+    eps,
+    exact=False,
 ):
     dtype, qh, kh, vh, lrh, s, state, lnw, lnb = _prepare(
         names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state
@@ -306,21 +347,17 @@ def _dual(
             if mlp:
                 x2 = _gelu(z1)
                 g2 = _ln_l2_grad(x2 @ ws["W2"] + ws["b2"], V - K, lnw, lnb, eps)
-                g1 = (g2 @ ws["W2"].transpose(-2, -1)) * (_gelu_tanh_grad_exact(z1) if exact else _gelu_tanh_grad(z1))
+                g1 = (g2 @ ws["W2"].transpose(-2, -1)) * (
+                    _gelu_tanh_grad_exact(z1) if exact else _gelu_tanh_grad(z1)
+                )
             else:
                 g1 = _ln_l2_grad(z1, V - K, lnw, lnb, eps)
 
-            def layer(x: Tensor, keys: Tensor, g: Tensor, w: str, b: str) -> Tensor:
-                # x W_i + b_i with W_i = W_s - s_i (A_W + sum_{j<=i} lr_j keys_j^T g_j), b_i likewise
-                attn = ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(~tril, 0.0)
-                upd = attn @ g + torch.cumsum(lr_j.unsqueeze(-1) * g, dim=2)
-                if has_acc:
-                    upd = upd + x @ acc[w] + acc[b]
-                return x @ ws[w] + ws[b] - s_i * upd
-
-            z = layer(Q, K, g1, "W1", "b1")
+            z = _dual_layer(Q, K, g1, lr_j, s_i, tril, ws["W1"], ws["b1"], acc["W1"], acc["b1"], has_acc)
             if mlp:
-                z = layer(_gelu(z), x2, g2, "W2", "b2")
+                z = _dual_layer(
+                    _gelu(z), x2, g2, lr_j, s_i, tril, ws["W2"], ws["b2"], acc["W2"], acc["b2"], has_acc
+                )
             outs.append(Q + _ln(z, lnw, lnb, eps))
             # running gradient sums, then the boundary update
             lrg1 = lr_j.unsqueeze(-1) * g1
@@ -336,7 +373,11 @@ def _dual(
                 has_acc = False
         o = torch.cat(outs, dim=2) if outs else qh.clone()
     offset = (state["offset"] + qh.shape[2]) % mbs
-    final = {"offset": offset, **{f"{m}_states": ws[m] for m in names}, **{f"{m}_grad": acc[m] for m in names}}
+    final = {
+        "offset": offset,
+        **{f"{m}_states": ws[m] for m in names},
+        **{f"{m}_grad": acc[m] for m in names},
+    }
     return _finish(o, q, final, output_final_state)
 
 
@@ -373,7 +414,19 @@ _MLP_PARAMS = (
 
 
 def ttt_linear_reference(
-    q, k, v, lr, token_scale, W1, b1, ln_weight, ln_bias, *, initial_state=None, output_final_state=False, eps=1e-6
+    q,
+    k,
+    v,
+    lr,
+    token_scale,
+    W1,
+    b1,
+    ln_weight,
+    ln_bias,
+    *,
+    initial_state=None,
+    output_final_state=False,
+    eps=1e-6,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1}
     return _reference(
@@ -382,10 +435,24 @@ def ttt_linear_reference(
 
 
 def ttt_linear(
-    q, k, v, lr, token_scale, W1, b1, ln_weight, ln_bias, *, initial_state=None, output_final_state=False, eps=1e-6
+    q,
+    k,
+    v,
+    lr,
+    token_scale,
+    W1,
+    b1,
+    ln_weight,
+    ln_bias,
+    *,
+    initial_state=None,
+    output_final_state=False,
+    eps=1e-6,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1}
-    return _dual(_LINEAR, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps)
+    return _dual(
+        _LINEAR, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
+    )
 
 
 def ttt_mlp_reference(
@@ -431,7 +498,18 @@ def ttt_mlp(
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
     return _dual(
-        _MLP, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps,
+        _MLP,
+        q,
+        k,
+        v,
+        lr,
+        token_scale,
+        params,
+        ln_weight,
+        ln_bias,
+        initial_state,
+        output_final_state,
+        eps,
         exact_gelu_grad,
     )
 
@@ -444,8 +522,9 @@ ttt_linear_reference.__doc__ = (
 )
 ttt_linear.__doc__ = (
     "Mini-batch dual-form TTT-Linear (spec §1.8; what the reference runs for training and prefill).\n\n"
-    "    Per mini-batch: ``G = LNbwd(K W + b, V - K)``; ``Z_i = Q W + b - s_i (sum_{j<=i} lr_j (q_i.k_j) g_j\n"
-    "    + sum_{j<=i} lr_j g_j)``; never materialises the per-token weights. Differentiable by autograd.\n"
+    "    Per mini-batch: ``G = LNbwd(K W + b, V - K)``;\n"
+    "    ``Z_i = Q W + b - s_i (sum_{j<=i} lr_j (q_i.k_j) g_j + sum_{j<=i} lr_j g_j)``;\n"
+    "    never materialises the per-token weights. Differentiable by autograd.\n"
     + _ARGS_DOC.format(params=_LIN_PARAMS)
 )
 ttt_mlp_reference.__doc__ = (
@@ -454,8 +533,8 @@ ttt_mlp_reference.__doc__ = (
 )
 ttt_mlp.__doc__ = (
     "Mini-batch dual-form TTT-MLP (spec §1.8).\n\n"
-    "    The inner gradient uses the reference's analytic tanh-GELU derivative with its truncated constants\n"
-    "    (bit-faithful to ttt-lm-pytorch); ``exact_gelu_grad=True`` uses the exact constants instead (then it\n"
-    "    equals :func:`ttt_mlp_reference` to rounding).\n"
+    "    The inner gradient uses the reference's analytic tanh-GELU derivative with its truncated\n"
+    "    constants (bit-faithful to ttt-lm-pytorch); ``exact_gelu_grad=True`` uses the exact constants\n"
+    "    instead (then it equals :func:`ttt_mlp_reference` to rounding).\n"
     + _ARGS_DOC.format(params=_MLP_PARAMS)
 )
