@@ -72,9 +72,9 @@ def main() -> None:
             srwm_reference,
             dict(d_model=256, heads=16, pool_before_norm=False),
         ),
-        ("fused SRWM loop, D=256", srwm, dict(d_model=256, heads=16, pool_before_norm=False)),
-        ("fused + pool before norm, D=256", srwm, dict(d_model=256, heads=16, pool_before_norm=True)),
-        ("fused + pool before norm, D=128", srwm, dict(d_model=128, heads=8, pool_before_norm=True)),
+        ("SRWM fast path, D=256", srwm, dict(d_model=256, heads=16, pool_before_norm=False)),
+        ("fast path + pool before norm, D=256", srwm, dict(d_model=256, heads=16, pool_before_norm=True)),
+        ("fast path + pool before norm, D=128", srwm, dict(d_model=128, heads=8, pool_before_norm=True)),
     ]
     print(f"ACL step, batch {args.batch}, 5-way 5-shot, 2 tasks, {torch.get_num_threads()} threads")
     base = None
