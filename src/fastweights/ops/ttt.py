@@ -414,19 +414,19 @@ _MLP_PARAMS = (
 
 
 def ttt_linear_reference(
-    q,
-    k,
-    v,
-    lr,
-    token_scale,
-    W1,
-    b1,
-    ln_weight,
-    ln_bias,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lr: Tensor,
+    token_scale: Tensor,
+    W1: Tensor,
+    b1: Tensor,
+    ln_weight: Tensor,
+    ln_bias: Tensor,
     *,
-    initial_state=None,
-    output_final_state=False,
-    eps=1e-6,
+    initial_state: dict | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-6,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1}
     return _reference(
@@ -435,19 +435,19 @@ def ttt_linear_reference(
 
 
 def ttt_linear(
-    q,
-    k,
-    v,
-    lr,
-    token_scale,
-    W1,
-    b1,
-    ln_weight,
-    ln_bias,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lr: Tensor,
+    token_scale: Tensor,
+    W1: Tensor,
+    b1: Tensor,
+    ln_weight: Tensor,
+    ln_bias: Tensor,
     *,
-    initial_state=None,
-    output_final_state=False,
-    eps=1e-6,
+    initial_state: dict | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-6,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1}
     return _dual(
@@ -456,21 +456,21 @@ def ttt_linear(
 
 
 def ttt_mlp_reference(
-    q,
-    k,
-    v,
-    lr,
-    token_scale,
-    W1,
-    b1,
-    W2,
-    b2,
-    ln_weight,
-    ln_bias,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lr: Tensor,
+    token_scale: Tensor,
+    W1: Tensor,
+    b1: Tensor,
+    W2: Tensor,
+    b2: Tensor,
+    ln_weight: Tensor,
+    ln_bias: Tensor,
     *,
-    initial_state=None,
-    output_final_state=False,
-    eps=1e-6,
+    initial_state: dict | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-6,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
     return _reference(
@@ -479,22 +479,22 @@ def ttt_mlp_reference(
 
 
 def ttt_mlp(
-    q,
-    k,
-    v,
-    lr,
-    token_scale,
-    W1,
-    b1,
-    W2,
-    b2,
-    ln_weight,
-    ln_bias,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    lr: Tensor,
+    token_scale: Tensor,
+    W1: Tensor,
+    b1: Tensor,
+    W2: Tensor,
+    b2: Tensor,
+    ln_weight: Tensor,
+    ln_bias: Tensor,
     *,
-    initial_state=None,
-    output_final_state=False,
-    eps=1e-6,
-    exact_gelu_grad=False,
+    initial_state: dict | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-6,
+    exact_gelu_grad: bool = False,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
     return _dual(
