@@ -146,3 +146,26 @@ def test_curves_plot_several_runs(tmp_path):
     assert main(["acl", "curves", *runs, "--out", str(out), "--labels", "x,y"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["acl", "curves", str(tmp_path / "a"), "--out", str(out), "--labels", "x,y"]) == 2
+
+
+def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path):
+    """The checkpoint in pretrained/ must stay loadable by the current model code (small data/eval)."""
+    from fastweights.config import CONFIG_DIR
+
+    shipped = CONFIG_DIR.parent / "pretrained" / "acl-standard"
+    if not (shipped / "checkpoints" / "best.pt").exists():
+        pytest.skip("no shipped checkpoint in this checkout")
+    overrides = [
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.max_scripts=10",
+        "data.max_classes_per_script=10",
+        "data.examples_per_class=8",
+        "eval.fewshot_episodes=20",
+        "eval.split_runs=1",
+        "eval.split_benchmarks=[digits]",
+        "device=cpu",
+    ]
+    results = acl.evaluate(shipped, overrides=overrides, out_dir=tmp_path / "out")
+    assert results["run"]["preset"] == "standard" and results["run"]["steps"] > 1000
+    # a trained model: far above chance (20%) on held-out 5-way 5-shot glyph tasks
+    assert results["fewshot"]["accuracy"] > 0.6
