@@ -82,7 +82,7 @@ def test_full_report(tmp_path):
     md = out.read_text(encoding="utf-8")
     assert "# ACL run report (quick)" in md
     assert "fastweights acl train --preset quick" in md
-    assert "| training time (min) | 12.3 |" in md
+    assert "| training time at that checkpoint (min) | 12.3 |" in md
     assert "**61.00 ± 1.20 %**" in md
     assert "5-way 5-shot, 1000 episodes" in md
     assert "| A→B | A | A→B | 40.00 ± 1.50 |" in md

@@ -212,7 +212,14 @@ def train(
     logger = JsonlLogger(run_dir / "metrics.jsonl")
     budget = t.max_minutes * 60 if t.max_minutes > 0 else math.inf
     start = time.monotonic() - elapsed
-    bar = tqdm(total=t.max_steps, initial=step, desc="ACL meta-training", unit="it", dynamic_ncols=True)
+    bar = tqdm(
+        total=None if t.max_minutes > 0 else t.max_steps,  # a time budget makes the step total meaningless
+        initial=step,
+        desc="ACL meta-training",
+        unit="it",
+        dynamic_ncols=True,
+        mininterval=0.5 if sys.stderr.isatty() else 30.0,  # keep redirected logs small
+    )
     loss_ema = None
     model.train()
     try:

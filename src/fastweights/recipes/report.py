@@ -233,10 +233,10 @@ def plot_forgetting(
             linewidth=1.2,
             label=f"chance ({100.0 * chance:.0f}%)",
         )
-    ax.set_ylim(0, 105)
+    ax.set_ylim(0, 125)  # head room for the legend above the bars
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
+    ax.legend(fontsize=8, loc="upper center", ncol=3, framealpha=0.9)
     return _save_figure(fig, path)
 
 
@@ -307,9 +307,11 @@ def _learning_curves_from_log(log: Path) -> dict[str, list[tuple[float, float]]]
 
 def _section_run(run: Mapping[str, Any]) -> list[str]:
     lines = ["## Run", ""]
-    rows = [(k, run[k]) for k in ("preset", "run_dir", "steps") if run.get(k) is not None]
+    rows = [(k, run[k]) for k in ("preset", "run_dir") if run.get(k) is not None]
+    if run.get("steps") is not None:
+        rows.append(("training step of the evaluated checkpoint", run["steps"]))
     if run.get("train_minutes") is not None:
-        rows.append(("training time (min)", f"{float(run['train_minutes']):.1f}"))
+        rows.append(("training time at that checkpoint (min)", f"{float(run['train_minutes']):.1f}"))
     rows += [
         (k, f"{v:.2f}" if isinstance(v, float) else v)
         for k, v in run.items()
