@@ -63,3 +63,21 @@ def initial_kv_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: 
         b, _, h, dk = q.shape
         return q.new_zeros(b, h, dk, v.shape[-1], dtype=dtype)
     return initial_state.to(dtype)
+
+
+def check_chunk_size(chunk_size: object) -> int:
+    """Return ``chunk_size`` if it is a positive int, else raise ``ValueError`` naming it."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    return chunk_size
+
+
+def to_chunks(x: Tensor, chunk: int, dtype: torch.dtype) -> Tensor:
+    """``[B, T, H, *]`` → ``[B, H, N, C, *]`` in ``dtype`` with ``N = ceil(T / C)``; the last chunk is
+    zero-padded (a zero step adds nothing to the additive and delta-rule recurrences)."""
+    b, t, h = x.shape[:3]
+    n = -(-t // chunk)
+    x = x.to(dtype)
+    if n * chunk > t:
+        x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, n * chunk - t))
+    return x.transpose(1, 2).reshape(b, h, n, chunk, *x.shape[3:])

@@ -28,7 +28,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastweights.ops._common import check_finite, check_qkv_state, compute_dtype, describe, initial_kv_state
+from fastweights.ops._common import (
+    check_chunk_size,
+    check_finite,
+    check_qkv_state,
+    compute_dtype,
+    describe,
+    initial_kv_state,
+    to_chunks,
+)
 
 __all__ = ["delta_rule", "delta_rule_reference", "check_delta_rule_inputs"]
 
@@ -140,8 +148,7 @@ def delta_rule(
         ValueError: on bad inputs (see :func:`check_delta_rule_inputs`) or a non-positive ``chunk_size``.
     """
     check_delta_rule_inputs(q, k, v, beta, initial_state)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    check_chunk_size(chunk_size)
     dtype = compute_dtype(q.dtype)
     b, t, h, dk = q.shape
     dv = v.shape[-1]
@@ -151,14 +158,9 @@ def delta_rule(
             return v.new_zeros(v.shape), (state if output_final_state else None)
         c = min(chunk_size, t)
         n = -(-t // c)
-        pad = n * c - t
 
-        def chunks(x: Tensor) -> Tensor:  # [B, T, H, *] -> [B, H, N, C, *]
-            x = x.to(dtype)
-            if pad:
-                x = torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, pad))
-            x = x.transpose(1, 2)
-            return x.reshape(b, h, n, c, *x.shape[3:])
+        def chunks(x: Tensor) -> Tensor:
+            return to_chunks(x, c, dtype)
 
         qc, kc, vc = chunks(q), chunks(k), chunks(v)
         bc = chunks(beta.unsqueeze(-1))  # [B, H, N, C, 1]

@@ -27,7 +27,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastweights.ops._common import check_qkv_state, compute_dtype, initial_kv_state
+from fastweights.ops._common import (
+    check_chunk_size,
+    check_qkv_state,
+    compute_dtype,
+    initial_kv_state,
+    to_chunks,
+)
 
 __all__ = ["linear_attention", "linear_attention_reference", "check_linear_attention_inputs"]
 
@@ -121,8 +127,7 @@ def linear_attention(
             ``chunk_size``.
     """
     check_linear_attention_inputs(q, k, v, initial_state)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    check_chunk_size(chunk_size)
     dtype = compute_dtype(q.dtype)
     b, t, h, _ = q.shape
     dv = v.shape[-1]
@@ -132,13 +137,9 @@ def linear_attention(
             return v.new_zeros(v.shape), (state if output_final_state else None)
         c = min(chunk_size, t)
         n = -(-t // c)
-        pad = n * c - t
 
-        def chunks(x: Tensor) -> Tensor:  # [B, T, H, D] -> [B, H, N, C, D]
-            x = x.to(dtype)
-            if pad:
-                x = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad))
-            return x.transpose(1, 2).reshape(b, h, n, c, x.shape[-1])
+        def chunks(x: Tensor) -> Tensor:
+            return to_chunks(x, c, dtype)
 
         qc, kc, vc = chunks(q), chunks(k), chunks(v)
         kv = kc.transpose(-1, -2) @ vc  # [B, H, N, K, V]: each chunk's contribution
