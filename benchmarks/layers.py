@@ -1,10 +1,12 @@
 """Speed and peak memory of the fast paths against their per-step references, measured in one run.
 
-Each measurement runs in a fresh subprocess (forward + backward, fp32, CPU or CUDA), so the peak
-resident memory of one variant is not hidden by another's. Prints seconds (min over repeats), the
-time ratio reference / fast and the peak-memory ratio reference / fast.
+Every variant runs forward + backward (fp32) in a fresh subprocess. Time is the minimum over
+``--repeats`` runs. Peak memory is the largest amount of tensor memory allocated at once during one
+forward + backward, above what was live before it: on CUDA ``torch.cuda.max_memory_allocated``; on
+CPU the running sum of the allocation/free events recorded by ``torch.profiler`` (profile_memory),
+taken in a separate, untimed run. Prints both and the ratios reference / fast.
 
-    python benchmarks/layers.py                 # the issue's shapes (minutes on 2 CPU cores)
+    python benchmarks/layers.py                 # the layer-library issue's shapes (minutes on 2 cores)
     python benchmarks/layers.py --small         # small shapes, seconds
     python benchmarks/layers.py --only srwm
 """
@@ -13,16 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
 CASES = {
     # name: (fast op, reference op, full shape, small shape)
     "srwm": ("srwm", "srwm_reference", dict(B=8, H=8, E=32, T=1024), dict(B=2, H=2, E=8, T=64)),
+    "ttt_linear": (
+        "ttt_linear",
+        "ttt_linear_reference",
+        dict(B=1, H=12, E=64, T=2048),  # hidden 768 = 12 heads x 64
+        dict(B=1, H=2, E=16, T=64),
+    ),
     "deltanet": (
         "delta_rule",
         "delta_rule_reference",
@@ -32,40 +40,75 @@ CASES = {
 }
 
 
-def _inputs(name: str, B: int, H: int, E: int, T: int, device: str) -> list[torch.Tensor]:
+def _inputs(name: str, B: int, H: int, E: int, T: int, device: str) -> tuple[list[torch.Tensor], list]:
+    """Random inputs of case ``name``: (tensors that get gradients, constant extra arguments)."""
     g = torch.Generator().manual_seed(0)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
     if name == "srwm":
-        x = torch.randn(B, T, H, E, generator=g)
-        w = torch.randn(H, E, 3 * E + 4, generator=g) / E**0.5
-        return [t.to(device).requires_grad_(True) for t in (x, w)]
-    q = torch.softmax(torch.randn(B, T, H, E, generator=g), -1)
-    k = torch.softmax(torch.randn(B, T, H, E, generator=g), -1)
-    v = torch.randn(B, T, H, E, generator=g)
-    beta = torch.sigmoid(torch.randn(B, T, H, generator=g))
-    return [t.to(device).requires_grad_(True) for t in (q, k, v, beta)]
+        grads, extra = [r(B, T, H, E), r(H, E, 3 * E + 4) / E**0.5], []
+    elif name == "ttt_linear":
+        q, k, v = r(B, T, H, E), r(B, T, H, E), r(B, T, H, E)
+        lr = torch.sigmoid(r(B, T, H)) / E
+        token_scale = 1.0 / torch.arange(1, 17, dtype=torch.float32)  # mini-batch 16
+        grads = [q, k, v, lr, r(H, E, E) * 0.02, torch.zeros(H, 1, E), torch.ones(H, E), torch.zeros(H, E)]
+        extra = [token_scale]
+    else:
+        q = torch.softmax(r(B, T, H, E), -1)
+        k = torch.softmax(r(B, T, H, E), -1)
+        grads, extra = [q, k, r(B, T, H, E), torch.sigmoid(r(B, T, H))], []
+    return [t.to(device).requires_grad_(True) for t in grads], [t.to(device) for t in extra]
+
+
+def _call(name: str, op: Callable, grads: list, extra: list) -> torch.Tensor:
+    if name == "ttt_linear":
+        q, k, v, lr, w1, b1, lnw, lnb = grads
+        return op(q, k, v, lr, extra[0], w1, b1, lnw, lnb)[0]
+    return op(*grads, *extra)[0]
+
+
+def _cpu_peak_bytes(fn: Callable[[], None]) -> float:
+    """Peak of (allocated - freed) tensor bytes on CPU while ``fn`` runs, from profiler memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return float(peak)
 
 
 def _measure(name: str, op_name: str, shape: dict, repeats: int, device: str) -> dict:
     import fastweights.ops as ops
 
     op = getattr(ops, op_name)
-    inputs = _inputs(name, **shape, device=device)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    grads, extra = _inputs(name, **shape, device=device)
+
+    def step() -> None:
+        _call(name, op, grads, extra).square().sum().backward()
+        for t in grads:
+            t.grad = None
+
     times = []
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
     for _ in range(repeats):
         t0 = time.perf_counter()
-        out, _ = op(*inputs)
-        out.square().sum().backward()
+        step()
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     if device == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2**20
+        peak = torch.cuda.max_memory_allocated() - base
     else:
-        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
-    return {"seconds": min(times), "peak_mb": peak}
+        peak = _cpu_peak_bytes(step)
+    return {"seconds": min(times), "peak_mb": peak / 2**20}
 
 
 def main() -> None:
@@ -92,9 +135,10 @@ def main() -> None:
             res[op_name] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         r, f = res[ref], res[fast]
         print(
-            f"{name:9s} {shape}  {ref}: {r['seconds']:.3f} s, {r['peak_mb']:.0f} MB | {fast}: "
+            f"{name:10s} {shape}  {ref}: {r['seconds']:.3f} s, {r['peak_mb']:.0f} MB | {fast}: "
             f"{f['seconds']:.3f} s, {f['peak_mb']:.0f} MB | speed-up {r['seconds'] / f['seconds']:.1f}x, "
-            f"memory {r['peak_mb'] / max(f['peak_mb'], 1e-3):.1f}x less"
+            f"memory {r['peak_mb'] / max(f['peak_mb'], 1e-3):.1f}x less",
+            flush=True,
         )
 
 

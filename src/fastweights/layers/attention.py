@@ -134,7 +134,7 @@ class LinearAttentionLayer(SequenceLayer):
         b, t, _ = x.shape
         return x + self.dropout(self.out_linear(o.reshape(b, t, self.d_model)))
 
-    def forward(
+    def forward_unpacked(
         self, x: Tensor, state: LinearAttentionState | None = None
     ) -> tuple[Tensor, LinearAttentionState]:
         """``x [B, T, D]`` → ``(out [B, T, D], (S [B, H, E, E], z [B, H, E]))``."""
@@ -264,7 +264,7 @@ class SoftmaxAttentionLayer(SequenceLayer):
         dtype = _state_dtype(k.dtype)
         return k.to(dtype), v.to(dtype)
 
-    def forward(self, x: Tensor, state: KVCache | None = None) -> tuple[Tensor, KVCache]:
+    def forward_unpacked(self, x: Tensor, state: KVCache | None = None) -> tuple[Tensor, KVCache]:
         """``x [B, T, D]`` → ``(out [B, T, D], (K, V) [B, H, T_past + T, E])``."""
         check_layer_input(x, self.d_model)
         q, k, v = self.projections(x)

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fastweights.ops.packing import run_packed
+
 __all__ = ["SequenceLayer", "check_layer_input"]
 
 
@@ -22,14 +24,40 @@ def check_layer_input(x: Tensor, d_model: int) -> None:
 class SequenceLayer(nn.Module):
     """Base class of the sequence mixers (SRWM, DeltaNet, TTT, attention, LSTM).
 
-    Subclasses implement ``forward(x [B, T, d_model], state=None) -> (out [B, T, d_model], state)``.
-    ``state=None`` starts from the slow weights; the returned state continues the sequence exactly
-    (one call over a concatenation equals two calls with the state carried).
+    ``out, state = layer(x [B, T, d_model], state=None)``: ``state=None`` starts from the slow
+    weights; the returned state continues the sequence exactly (one call over a concatenation equals
+    two calls with the state carried). Subclasses implement :meth:`forward_unpacked`; packing of
+    variable-length sequences (``cu_seqlens``) is handled here for every layer.
     """
 
     d_model: int
+    state_batch_dim: int = 0  # the batch dimension of the state's tensors
 
-    def forward(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:  # pragma: no cover
+    def forward(self, x: Tensor, state: Any = None, *, cu_seqlens: Any = None) -> tuple[Tensor, Any]:
+        """``x [B, T, d_model]`` → ``(out [B, T, d_model], final state)``.
+
+        With ``cu_seqlens`` (``[N + 1]`` int offsets, see :mod:`fastweights.ops.packing`), ``x`` is
+        ``[1, total, d_model]`` holding ``N`` sequences back to back: each starts from its own row of
+        ``state`` (batch ``N``; or a list of ``N`` states; ``None`` = slow weights), nothing crosses a
+        boundary, and the final state has one row per sequence (a list of per-sequence states when
+        they cannot be batched, e.g. KV caches of different lengths).
+
+        Raises:
+            ValueError: for a bad ``x``, ``state`` or ``cu_seqlens`` (naming the argument).
+        """
+        if cu_seqlens is None:
+            return self.forward_unpacked(x, state)
+        check_layer_input(x, self.d_model)
+        return run_packed(
+            lambda seg, s: self.forward_unpacked(seg[0], s),
+            [x],
+            cu_seqlens,
+            state,
+            batch_dim=self.state_batch_dim,
+        )
+
+    def forward_unpacked(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:  # pragma: no cover
+        """The layer's recurrence on an unpacked batch ``x [B, T, d_model]`` (see :meth:`forward`)."""
         raise NotImplementedError
 
     def read(self, x: Tensor, state: Any = None) -> Tensor:

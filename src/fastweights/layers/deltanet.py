@@ -80,7 +80,7 @@ class DeltaNetLayer(SequenceLayer):
         k = k / k.sum(dim=-1, keepdim=True)
         return q, k, v, torch.sigmoid(logit.squeeze(-1))
 
-    def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, E])``."""
         check_layer_input(x, self.d_model)
         q, k, v, beta = self.projections(x)

@@ -33,6 +33,8 @@ class LSTMLayer(SequenceLayer):
         dropout: dropout on the LSTM output.
     """
 
+    state_batch_dim = 1  # nn.LSTM keeps (h, c) as [num_layers=1, B, D]
+
     def __init__(self, d_model: int, num_heads: int = 1, *, dropout: float = 0.0) -> None:
         super().__init__()
         self.d_model = d_model
@@ -55,7 +57,7 @@ class LSTMLayer(SequenceLayer):
             )
             raise ValueError(f"state: expected a tuple (h, c), each [1, B, D] = {list(expected)}, got {got}")
 
-    def forward(self, x: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
+    def forward_unpacked(self, x: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
         """``x [B, T, D]`` → ``(out [B, T, D], (h, c) each [1, B, D])``."""
         check_layer_input(x, self.d_model)
         self._check_state(x, state)

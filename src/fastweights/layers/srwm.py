@@ -84,7 +84,7 @@ class SRWMLayer(SequenceLayer):
         b, t = y.shape[:2]
         return self.layer_norm(x) + self.dropout(self.out_linear(y.reshape(b, t, self.d_model)))
 
-    def forward(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, 3E+4])``."""
         check_layer_input(x, self.d_model)
         y, new_state = srwm(

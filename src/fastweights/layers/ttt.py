@@ -144,7 +144,7 @@ class _TTTBase(SequenceLayer):
         k = _rope_interleaved(xk.to(dt).reshape(shape), cos, sin)
         return q, k, xv.reshape(shape), new_conv
 
-    def forward(self, x: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
+    def forward_unpacked(self, x: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
         """``x [B, T, C]`` → ``(out [B, T, C], state)``.
 
         ``state`` (``None`` = slow weights) is a dict: the inner-loop state of :mod:`fastweights.ops.ttt`

@@ -37,6 +37,7 @@ from fastweights.ops._common import (
     initial_kv_state,
     to_chunks,
 )
+from fastweights.ops.packing import supports_cu_seqlens
 
 __all__ = ["delta_rule", "delta_rule_reference", "check_delta_rule_inputs"]
 
@@ -59,6 +60,7 @@ def check_delta_rule_inputs(
     check_finite("beta", beta)
 
 
+@supports_cu_seqlens("q", "k", "v", "beta")
 def delta_rule_reference(
     q: Tensor,
     k: Tensor,
@@ -108,6 +110,7 @@ def delta_rule_reference(
     return o.to(q.dtype), (state if output_final_state else None)
 
 
+@supports_cu_seqlens("q", "k", "v", "beta")
 def delta_rule(
     q: Tensor,
     k: Tensor,

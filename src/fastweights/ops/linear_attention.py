@@ -34,6 +34,7 @@ from fastweights.ops._common import (
     initial_kv_state,
     to_chunks,
 )
+from fastweights.ops.packing import supports_cu_seqlens
 
 __all__ = ["linear_attention", "linear_attention_reference", "check_linear_attention_inputs"]
 
@@ -48,6 +49,7 @@ def check_linear_attention_inputs(q: Tensor, k: Tensor, v: Tensor, initial_state
     check_qkv_state(q, k, v, initial_state)
 
 
+@supports_cu_seqlens("q", "k", "v")
 def linear_attention_reference(
     q: Tensor,
     k: Tensor,
@@ -91,6 +93,7 @@ def linear_attention_reference(
     return o.to(q.dtype), (state if output_final_state else None)
 
 
+@supports_cu_seqlens("q", "k", "v")
 def linear_attention(
     q: Tensor,
     k: Tensor,

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from fastweights.ops._common import describe
+from fastweights.ops.packing import supports_cu_seqlens
 from fastweights.ops.srwm_autograd import srwm_fast_path
 
 __all__ = ["srwm", "srwm_reference", "srwm_read", "srwm_with_reads", "srwm_num_columns", "check_srwm_inputs"]
@@ -70,6 +71,7 @@ def _initial_weights(x: Tensor, weight: Tensor, initial_state: Tensor | None) ->
     return initial_state.to(x.dtype)
 
 
+@supports_cu_seqlens("x")
 def srwm_reference(
     x: Tensor,
     weight: Tensor,
@@ -118,6 +120,7 @@ def srwm_reference(
     return y, state
 
 
+@supports_cu_seqlens("x")
 def srwm(
     x: Tensor,
     weight: Tensor,

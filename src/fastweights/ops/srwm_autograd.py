@@ -2,15 +2,19 @@
 by reversing the rank-1 updates (Irie et al. 2022, CUDA kernel ``self_ref_v0``; restated in
 ``shared/spec/srwm_acl.md`` §1.8).
 
-The forward saves only per-step vectors — inputs ``x_t``, ``q_t``, ``k_t`` (after softmax), ``beta_t``
-(after sigmoid) and the difference vectors ``d_t = (q_t - k_t) W_{t-1}`` — plus the final weights, so
-saved memory is O(T·E) per head instead of the O(T·E²) an autograd loop keeps. The backward walks
-time in reverse, undoing ``W_t = W_{t-1} + k_t ⊗ (beta_t ⊙ d_t)`` step by step; it has no chunks, so
-it is correct for any T, and the gradient of an incoming final state is counted exactly once (the
-reference kernel double-counts it, spec §1.8 BUG).
+The forward saves only per-step vectors — the projections ``x_t W_{t-1}`` with ``q_t``, ``k_t``
+(after softmax) and ``beta_t`` (after sigmoid) written over their logits, and the difference vectors
+``d_t = (q_t - k_t) W_{t-1}`` — plus the final weights, so saved memory is O(T·E) per head instead of
+the O(T·E²) an autograd loop keeps. The backward walks time in reverse, undoing
+``W_t = W_{t-1} + k_t ⊗ (beta_t ⊙ d_t)`` step by step; it has no chunks, so it is correct for any T,
+and the gradient of an incoming final state is counted exactly once (the reference kernel
+double-counts it, spec §1.8 BUG).
 
-Layout inside this module is ``x [B, T, H, E]``, fast weights ``W [B, H, E, C]`` with ``C = 3E+4``
-columns ``y | q | k | beta``.
+Layout inside this module: heads are flattened into the batch (``N = B·H``) and time is the leading
+dimension of the saved per-step buffers (``[T, N, 1, ·]``); the fast weights are ``W [N, E, C]`` with
+``C = 3E+4`` columns ``y | q | k | beta``. Every step is a few
+batched matrix-vector products and one fused rank-1 update (``addcmul_``); all elementwise work that
+does not depend on the running weights is done for all steps at once outside the loop.
 """
 
 from __future__ import annotations
@@ -23,96 +27,115 @@ from torch import Tensor
 __all__ = ["srwm_fast_path"]
 
 
-def _rate_index(e: int, device: torch.device) -> Tensor:
-    """Column → index of the learning rate that scales it: y→0, q→1, k→2, beta→3."""
-    return torch.repeat_interleave(torch.arange(4, device=device), torch.tensor([e, e, e, 4], device=device))
+_CHUNK = 64  # steps whose per-step buffers are laid out time-major at once (bounded temporaries)
 
 
-def _block_sum(v: Tensor, e: int) -> Tensor:
-    """Sum ``[..., C]`` over the columns of each block → ``[..., 4]``."""
-    return torch.stack(
-        [
-            v[..., :e].sum(-1),
-            v[..., e : 2 * e].sum(-1),
-            v[..., 2 * e : 3 * e].sum(-1),
-            v[..., 3 * e :].sum(-1),
-        ],
-        dim=-1,
-    )
+def _rate_matrix(e: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``[4, C]`` one-hot map from the 4 learning rates to the columns they scale (y, q, k, beta)."""
+    idx = torch.repeat_interleave(torch.arange(4, device=device), torch.tensor([e, e, e, 4], device=device))
+    return torch.nn.functional.one_hot(idx, 4).to(dtype).T.contiguous()
+
+
+def _time_major(x: Tensor) -> Tensor:
+    """``[B, L, H, E]`` → contiguous ``[L, B·H, 1, E]``."""
+    b, t, h, e = x.shape
+    return x.transpose(0, 1).reshape(t, b * h, 1, e)
+
+
+def _batch_major(x: Tensor, b: int, h: int) -> Tensor:
+    """``[L, B·H, 1, E]`` → ``[B, L, H, E]`` view (inverse of :func:`_time_major`)."""
+    t, _, _, e = x.shape
+    return x.view(t, b, h, e).transpose(0, 1)
+
+
+def _chunks(steps: int) -> list[tuple[int, int]]:
+    return [(s, min(s + _CHUNK, steps)) for s in range(0, steps, _CHUNK)]
 
 
 class _SRWMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        e = x.shape[-1]
-        idx = _rate_index(e, x.device)
-        w = w0.clone()
-        ys, reads, qs, ks, betas, diffs = [], [], [], [], [], []
-        for t in range(x.shape[1]):
+        b, steps, h, e = x.shape
+        n, c = b * h, w0.shape[-1]
+        rates = _rate_matrix(e, x.dtype, x.device)
+        w = w0.reshape(n, e, c).clone(memory_format=torch.contiguous_format)
+        y = x.new_empty(b, steps, h, e)
+        y_read = torch.zeros_like(y)
+        act = x.new_empty(steps, n, 1, 2 * e + 4)  # q_t | k_t | beta_t after their activations
+        diff = x.new_empty(steps, n, 1, c)  # d_t = (q_t - k_t) W_{t-1}
+        for s, s_end in _chunks(steps):
+            xs = _time_major(x[:, s:s_end])
+            ys = x.new_empty(s_end - s, n, 1, e)
             if x_read is not None:
-                reads.append(torch.matmul(x_read[:, t].unsqueeze(-2), w[..., :e]).squeeze(-2))
-            proj = torch.matmul(x[:, t].unsqueeze(-2), w).squeeze(-2)  # [B, H, C]
-            q = torch.softmax(proj[..., e : 2 * e], dim=-1)
-            k = torch.softmax(proj[..., 2 * e : 3 * e], dim=-1)
-            beta = torch.sigmoid(proj[..., 3 * e :])
-            d = torch.matmul((q - k).unsqueeze(-2), w).squeeze(-2)  # [B, H, C]
-            w.add_(k.unsqueeze(-1) * (d * beta[..., idx]).unsqueeze(-2))
-            ys.append(proj[..., :e])
-            qs.append(q)
-            ks.append(k)
-            betas.append(beta)
-            diffs.append(d)
-        y = torch.stack(ys, dim=1)
-        y_read = torch.stack(reads, dim=1) if x_read is not None else torch.zeros_like(y)
-        ctx.save_for_backward(
-            x,
-            x_read if x_read is not None else None,
-            torch.stack(qs, 1),
-            torch.stack(ks, 1),
-            torch.stack(betas, 1),
-            torch.stack(diffs, 1),
-            w,
-        )
-        ctx.has_read = x_read is not None
-        return y, y_read, w.clone()
+                xr, rs = _time_major(x_read[:, s:s_end]), torch.empty_like(ys)
+            for i, t in enumerate(range(s, s_end)):
+                if x_read is not None:
+                    torch.bmm(xr[i], w[..., :e], out=rs[i])
+                p = torch.bmm(xs[i], w)  # [N, 1, C] = x_t W_{t-1}
+                ys[i] = p[..., :e]
+                qk = torch.softmax(p[..., e : 3 * e].unflatten(-1, (2, e)), dim=-1)  # [N, 1, 2, E]
+                act[t, ..., : 2 * e] = qk.flatten(-2)
+                beta = torch.sigmoid(p[..., 3 * e :], out=act[t, ..., 2 * e :])
+                d = torch.bmm(qk[..., 0, :] - qk[..., 1, :], w, out=diff[t])
+                w.addcmul_(qk[..., 1, :].transpose(1, 2), d * torch.matmul(beta, rates))
+            y[:, s:s_end] = _batch_major(ys, b, h)
+            if x_read is not None:
+                y_read[:, s:s_end] = _batch_major(rs, b, h)
+        ctx.save_for_backward(x, x_read, act, diff, w)
+        return y, y_read, w.view(b, h, e, c).clone()
 
     @staticmethod
     def backward(ctx: Any, g_y: Tensor, g_read: Tensor, g_w: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
-        x, x_read, q, k, beta, d, w = ctx.saved_tensors
-        e = x.shape[-1]
-        idx = _rate_index(e, x.device)
-        w = w.clone()
-        grad = g_w.clone() if g_w is not None else torch.zeros_like(w)  # running dL/dW_t
-        g_x = torch.zeros_like(x)
-        g_x_read = torch.zeros_like(x_read) if ctx.has_read else None
+        x, x_read, act, diff, w_final = ctx.saved_tensors
+        b, steps, h, e = x.shape
+        n, c = b * h, diff.shape[-1]
+        rates = _rate_matrix(e, x.dtype, x.device)
+        w = w_final.clone()
+        grad = g_w.reshape(n, e, c).clone() if g_w is not None else torch.zeros_like(w)  # dL/dW_t
         if g_y is None:
             g_y = torch.zeros_like(x)
-        for t in reversed(range(x.shape[1])):
-            q_t, k_t, b_t, d_t = q[:, t], k[:, t], beta[:, t], d[:, t]
-            b_cols = b_t[..., idx]  # [B, H, C]
-            u = d_t * b_cols  # the written row vector
-            w.sub_(k_t.unsqueeze(-1) * u.unsqueeze(-2))  # W_{t-1}
-            # W_t = W_{t-1} + k ⊗ u,  u = beta_cols * d,  d = (q - k) W_{t-1}
-            g_k = torch.matmul(grad, u.unsqueeze(-1)).squeeze(-1)  # via the outer product
-            g_u = torch.matmul(k_t.unsqueeze(-2), grad).squeeze(-2)  # [B, H, C]
-            g_d = g_u * b_cols
-            g_beta = _block_sum(g_u * d_t, e)  # [B, H, 4]
-            g_qk = torch.matmul(w, g_d.unsqueeze(-1)).squeeze(-1)  # dL/d(q - k)
-            grad.add_((q_t - k_t).unsqueeze(-1) * g_d.unsqueeze(-2))
-            g_q = g_qk
-            g_k = g_k - g_qk
-            # softmax and sigmoid backward
-            g_q_logit = q_t * (g_q - (g_q * q_t).sum(-1, keepdim=True))
-            g_k_logit = k_t * (g_k - (g_k * k_t).sum(-1, keepdim=True))
-            g_b_logit = g_beta * b_t * (1 - b_t)
-            g_proj = torch.cat([g_y[:, t], g_q_logit, g_k_logit, g_b_logit], dim=-1)  # [B, H, C]
-            g_x[:, t] = torch.matmul(w, g_proj.unsqueeze(-1)).squeeze(-1)
-            grad.add_(x[:, t].unsqueeze(-1) * g_proj.unsqueeze(-2))
-            if g_x_read is not None:
-                g_r = g_read[:, t] if g_read is not None else torch.zeros_like(g_y[:, t])
-                g_x_read[:, t] = torch.matmul(w[..., :e], g_r.unsqueeze(-1)).squeeze(-1)
-                grad[..., :e].add_(x_read[:, t].unsqueeze(-1) * g_r.unsqueeze(-2))
-        return g_x, g_x_read, grad
+        use_read = x_read is not None and g_read is not None
+        g_x = torch.empty_like(x)
+        g_x_read = torch.zeros_like(x_read) if x_read is not None else None
+        for s, s_end in reversed(_chunks(steps)):
+            # everything that does not depend on the running weights, for the whole chunk at once
+            qk_c = act[s:s_end, ..., : 2 * e].unflatten(-1, (2, e))  # [L, N, 1, 2, E]
+            q_c, k_c = qk_c[..., 0, :], qk_c[..., 1, :]
+            beta_c = act[s:s_end, ..., 2 * e :]
+            d_c = diff[s:s_end]
+            b_cols_c = torch.matmul(beta_c, rates)  # [L, N, 1, C]
+            u_c = d_c * b_cols_c  # the written row vectors
+            qmk_col_c = (q_c - k_c).transpose(-1, -2)  # [L, N, E, 1]
+            slope_c = beta_c * (1 - beta_c)  # sigmoid'
+            x_col_c = _time_major(x[:, s:s_end]).transpose(-1, -2)
+            gy_c = _time_major(g_y[:, s:s_end])
+            gx_c = x.new_empty(s_end - s, n, 1, e)
+            if use_read:
+                xr_col_c = _time_major(x_read[:, s:s_end]).transpose(-1, -2)
+                gr_c = _time_major(g_read[:, s:s_end])
+                gxr_c = torch.empty_like(gx_c)
+            for i in reversed(range(s_end - s)):
+                k_t, u = k_c[i], u_c[i]
+                w.addcmul_(k_t.transpose(1, 2), u, value=-1)  # W_{t-1}
+                # W_t = W_{t-1} + k ⊗ u,  u = beta_cols * d,  d = (q - k) W_{t-1}
+                g_k = torch.bmm(u, grad.transpose(1, 2))  # [N, 1, E] via the outer product
+                g_u = torch.bmm(k_t, grad)  # [N, 1, C]
+                g_d = g_u * b_cols_c[i]
+                g_beta = torch.matmul(g_u * d_c[i], rates.T)  # [N, 1, 4]
+                g_qmk = torch.bmm(g_d, w.transpose(1, 2))  # dL/d(q - k), [N, 1, E]
+                grad.addcmul_(qmk_col_c[i], g_d)
+                g_qk = torch.stack([g_qmk, g_k - g_qmk], dim=-2)  # [N, 1, 2, E]
+                g_qk_logit = torch._softmax_backward_data(g_qk, qk_c[i], -1, x.dtype)
+                g_proj = torch.cat([gy_c[i], g_qk_logit.flatten(-2), g_beta * slope_c[i]], dim=-1)
+                torch.bmm(g_proj, w.transpose(1, 2), out=gx_c[i])
+                grad.addcmul_(x_col_c[i], g_proj)
+                if use_read:
+                    torch.bmm(gr_c[i], w[..., :e].transpose(1, 2), out=gxr_c[i])
+                    grad[..., :e].addcmul_(xr_col_c[i], gr_c[i])
+            g_x[:, s:s_end] = _batch_major(gx_c, b, h)
+            if use_read:
+                g_x_read[:, s:s_end] = _batch_major(gxr_c, b, h)
+        return g_x, g_x_read, grad.view(b, h, e, c)
 
 
 def srwm_fast_path(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:

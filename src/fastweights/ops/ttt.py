@@ -47,6 +47,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from fastweights.ops.packing import supports_cu_seqlens
+
 __all__ = [
     "ttt_linear",
     "ttt_linear_reference",
@@ -538,3 +540,9 @@ ttt_mlp.__doc__ = (
     "    instead (then it equals :func:`ttt_mlp_reference` to rounding).\n"
     + _ARGS_DOC.format(params=_MLP_PARAMS)
 )
+
+_packable = supports_cu_seqlens("q", "k", "v", "lr")
+ttt_linear_reference = _packable(ttt_linear_reference)
+ttt_linear = _packable(ttt_linear)
+ttt_mlp_reference = _packable(ttt_mlp_reference)
+ttt_mlp = _packable(ttt_mlp)
