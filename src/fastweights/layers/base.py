@@ -7,18 +7,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fastweights.ops._common import check_finite
 from fastweights.ops.packing import run_packed
 
 __all__ = ["SequenceLayer", "check_layer_input"]
 
 
 def check_layer_input(x: Tensor, d_model: int) -> None:
-    """Raise ``ValueError`` unless ``x`` is a finite float tensor ``[B, T, d_model]``."""
+    """Raise ``ValueError`` (naming ``x``) unless ``x`` is a finite float tensor ``[B, T, d_model]``."""
     if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
         got = f"shape {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x: expected a tensor of shape [B, T, {d_model}], got {got}")
     if not x.is_floating_point():
         raise ValueError(f"x: expected a floating-point dtype, got {x.dtype}")
+    check_finite("x", x)
 
 
 class SequenceLayer(nn.Module):

@@ -23,7 +23,8 @@ class LSTMLayer(SequenceLayer):
     """LSTM sublayer, pre-LN residual: ``out = x + Dropout(LSTM(LN(x)))`` with ``nn.LSTM(D, D)``.
 
     The state is ``(h, c)``, each ``[1, B, D]`` (``nn.LSTM``'s layout: batch is dimension 1; float32
-    under half precision); ``None`` starts from zeros. Gradients flow through a carried state, so two
+    under half precision); ``None`` starts from zeros. ``nn.LSTM`` itself runs outside autocast in
+    its parameters' dtype. Gradients flow through a carried state, so two
     calls with the state carried equal one call (values and gradients).
 
     Args:
@@ -68,8 +69,11 @@ class LSTMLayer(SequenceLayer):
                 zeros = a.new_zeros(1, x.shape[0], self.d_model, dtype=dtype)
                 return x, (zeros, zeros)
             return x, (state[0].to(dtype), state[1].to(dtype))
-        hc = None if state is None else (state[0].to(a.dtype), state[1].to(a.dtype))
-        y, (h, c) = self.lstm(a, hc)
+        # nn.LSTM runs outside autocast in its parameters' dtype (CPU has no float16 LSTM kernel)
+        run_dtype = self.lstm.weight_ih_l0.dtype
+        hc = None if state is None else (state[0].to(run_dtype), state[1].to(run_dtype))
+        with torch.autocast(x.device.type, enabled=False):
+            y, (h, c) = self.lstm(a.to(run_dtype), hc)
         return x + self.dropout(y.to(x.dtype)), (h.to(dtype), c.to(dtype))
 
     def repeat_state(self, state: Any, repeats: int) -> Any:

@@ -41,12 +41,26 @@ Precision: float32/float64 inputs are computed in their own dtype; float16/bfloa
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
+from fastweights.ops._ttt_inner import (
+    _ARGS_DOC,
+    _LIN_PARAMS,
+    _LINEAR,
+    _MLP,
+    _MLP_PARAMS,
+    _finish,
+    _gelu,
+    _gelu_tanh_grad,
+    _gelu_tanh_grad_exact,
+    _ln,
+    _ln_l2_grad,
+    _prepare,
+    _segments,
+    ttt_current_weights,
+    ttt_initial_state,
+)
 from fastweights.ops.packing import supports_cu_seqlens
 
 __all__ = [
@@ -57,204 +71,6 @@ __all__ = [
     "ttt_current_weights",
     "ttt_initial_state",
 ]
-
-_LINEAR = ("W1", "b1")
-_MLP = ("W1", "b1", "W2", "b2")
-
-
-def _describe(t: object) -> str:
-    if isinstance(t, Tensor):
-        return f"tensor of shape {list(t.shape)} and dtype {t.dtype}"
-    return type(t).__name__
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _param_shapes(names: tuple[str, ...], h: int, d: int) -> dict[str, tuple[int, ...]]:
-    if names == _LINEAR:
-        return {"W1": (h, d, d), "b1": (h, 1, d)}
-    return {"W1": (h, d, 4 * d), "b1": (h, 1, 4 * d), "W2": (h, 4 * d, d), "b2": (h, 1, d)}
-
-
-def _check_inputs(
-    names: tuple[str, ...],
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    lr: Tensor,
-    token_scale: Tensor,
-    params: dict[str, Tensor],
-    ln_weight: Tensor,
-    ln_bias: Tensor,
-    initial_state: dict | None,
-) -> None:
-    if not isinstance(q, Tensor) or q.dim() != 4:
-        raise ValueError(f"q: expected a 4-D tensor [B, T, H, D], got {_describe(q)}")
-    if not q.is_floating_point():
-        raise ValueError(f"q: expected a floating-point dtype, got {q.dtype}")
-    b, t, h, d = q.shape
-    for name, x in (("k", k), ("v", v)):
-        if not isinstance(x, Tensor) or x.shape != q.shape:
-            raise ValueError(
-                f"{name}: expected shape [B, T, H, D] = {list(q.shape)} (same as q), got {_describe(x)}"
-            )
-    if not isinstance(lr, Tensor) or tuple(lr.shape) != (b, t, h):
-        raise ValueError(f"lr: expected shape [B, T, H] = [{b}, {t}, {h}], got {_describe(lr)}")
-    if not isinstance(token_scale, Tensor) or token_scale.dim() != 1 or token_scale.shape[0] < 1:
-        raise ValueError(
-            f"token_scale: expected a 1-D tensor [mini_batch_size], got {_describe(token_scale)}"
-        )
-    expected = _param_shapes(names, h, d)
-    for name, shape in expected.items():
-        p = params[name]
-        if not isinstance(p, Tensor) or tuple(p.shape) != shape:
-            raise ValueError(f"{name}: expected shape {list(shape)}, got {_describe(p)}")
-    for name, x in (("ln_weight", ln_weight), ("ln_bias", ln_bias)):
-        if not isinstance(x, Tensor) or tuple(x.shape) != (h, d):
-            raise ValueError(f"{name}: expected shape [H, D] = [{h}, {d}], got {_describe(x)}")
-    tensors = {
-        "k": k,
-        "v": v,
-        "lr": lr,
-        "token_scale": token_scale,
-        "ln_weight": ln_weight,
-        "ln_bias": ln_bias,
-    }
-    tensors.update(params)
-    for name, x in tensors.items():
-        if not x.is_floating_point():
-            raise ValueError(f"{name}: expected a floating-point dtype, got {x.dtype}")
-    for name, x in (("k", k), ("v", v), ("lr", lr)):
-        if x.dtype != q.dtype:
-            raise ValueError(f"{name}: expected dtype {q.dtype} (same as q), got {x.dtype}")
-    if initial_state is not None:
-        if not isinstance(initial_state, dict):
-            raise ValueError(
-                f"initial_state: expected a dict (see the module docstring), got {_describe(initial_state)}"
-            )
-        offset = initial_state.get("offset")
-        mbs = token_scale.shape[0]
-        if not isinstance(offset, int) or not 0 <= offset < mbs:
-            raise ValueError(f"initial_state: expected an int 'offset' in [0, {mbs}), got {offset!r}")
-        for name, shape in expected.items():
-            for key in (f"{name}_states", f"{name}_grad"):
-                x = initial_state.get(key)
-                if not isinstance(x, Tensor) or tuple(x.shape) != (b, *shape):
-                    raise ValueError(
-                        f"initial_state: expected '{key}' of shape {[b, *shape]}, got {_describe(x)}"
-                    )
-                if not x.is_floating_point():
-                    raise ValueError(f"initial_state: expected '{key}' to be floating point, got {x.dtype}")
-                tensors[f"initial_state[{key!r}]"] = x
-    tensors["q"] = q
-    for name, x in tensors.items():
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{name}: expected finite values, got NaN or Inf")
-
-
-def ttt_initial_state(params: dict[str, Tensor], batch_size: int, dtype: torch.dtype | None = None) -> dict:
-    """The state that starts from the slow weights: ``params`` (``"W1"``, ``"b1"`` [, ``"W2"``, ``"b2"``],
-    each ``[H, ...]``) tiled over ``batch_size``, zero gradient sums, ``offset`` 0."""
-    state: dict = {"offset": 0}
-    for name, p in params.items():
-        p = p if dtype is None else p.to(dtype)
-        state[f"{name}_states"] = p.unsqueeze(0).expand(batch_size, *p.shape)
-        state[f"{name}_grad"] = torch.zeros(batch_size, *p.shape, dtype=p.dtype, device=p.device)
-    return state
-
-
-def ttt_current_weights(state: dict, token_scale: Tensor) -> dict[str, Tensor]:
-    """The inner weights the last processed token was read with: ``W_states - s_offset * W_grad``
-    (``W_states`` itself at a mini-batch boundary). Keys ``"W1"``, ``"b1"`` [, ``"W2"``, ``"b2"``],
-    each ``[B, H, ...]``; this is the reference's ``final_ttt_state`` of a no-cache forward."""
-    offset = state["offset"]
-    names = [k[: -len("_states")] for k in state if k.endswith("_states")]
-    if offset == 0:
-        return {n: state[f"{n}_states"] for n in names}
-    s = token_scale[offset - 1]
-    return {n: state[f"{n}_states"] - s.to(state[f"{n}_grad"].dtype) * state[f"{n}_grad"] for n in names}
-
-
-# ----------------------------------------------------------------------------------------- helpers
-
-
-def _ln(z: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
-    """Per-head LayerNorm over the last dim; ``weight, bias [H, 1, D]`` broadcast over ``[B, H, n, D]``."""
-    mu = z.mean(dim=-1, keepdim=True)
-    var = z.var(dim=-1, keepdim=True, unbiased=False)
-    return (z - mu) / torch.sqrt(var + eps) * weight + bias
-
-
-def _ln_l2_grad(z: Tensor, target: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
-    """``d/dz 1/2 ||LN(z) - target||^2`` by the analytic LayerNorm backward (spec §1.5)."""
-    d = z.shape[-1]
-    mu = z.mean(dim=-1, keepdim=True)
-    std = torch.sqrt(z.var(dim=-1, keepdim=True, unbiased=False) + eps)
-    x_hat = (z - mu) / std
-    g_xhat = (weight * x_hat + bias - target) * weight
-    return (
-        d * g_xhat - g_xhat.sum(dim=-1, keepdim=True) - x_hat * (g_xhat * x_hat).sum(dim=-1, keepdim=True)
-    ) / (d * std)
-
-
-def _gelu_tanh_grad(x: Tensor) -> Tensor:
-    """Derivative of tanh-GELU with the reference's truncated constants (spec §1.5)."""
-    th = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
-    return 0.5 * x * ((1 - th * th) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + th)
-
-
-def _gelu_tanh_grad_exact(x: Tensor) -> Tensor:
-    """Derivative of tanh-GELU with exact constants ``sqrt(2/pi)`` and ``3 * 0.044715 * sqrt(2/pi)``."""
-    c = math.sqrt(2.0 / math.pi)
-    th = torch.tanh(c * x * (1 + 0.044715 * x * x))
-    return 0.5 * x * ((1 - th * th) * (c + 3 * 0.044715 * c * x * x)) + 0.5 * (1 + th)
-
-
-def _gelu(x: Tensor) -> Tensor:
-    return F.gelu(x, approximate="tanh")
-
-
-def _prepare(
-    names: tuple[str, ...],
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    lr: Tensor,
-    token_scale: Tensor,
-    params: dict[str, Tensor],
-    ln_weight: Tensor,
-    ln_bias: Tensor,
-    initial_state: dict | None,
-):
-    _check_inputs(names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state)
-    dtype = _compute_dtype(q.dtype)
-    qh, kh, vh = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # [B, H, T, D]
-    lrh = lr.to(dtype).transpose(1, 2)  # [B, H, T]
-    if initial_state is None:
-        state = ttt_initial_state(params, q.shape[0], dtype)
-    else:
-        state = {
-            key: (val.to(dtype) if isinstance(val, Tensor) else val) for key, val in initial_state.items()
-        }
-    lnw, lnb = ln_weight.to(dtype).unsqueeze(1), ln_bias.to(dtype).unsqueeze(1)  # [H, 1, D]
-    return dtype, qh, kh, vh, lrh, token_scale.to(dtype), state, lnw, lnb
-
-
-def _finish(o: Tensor, q: Tensor, state: dict, output_final_state: bool) -> tuple[Tensor, dict | None]:
-    return o.transpose(1, 2).to(q.dtype), (state if output_final_state else None)
-
-
-def _segments(offset: int, t: int, mbs: int):
-    """Split ``t`` tokens starting at in-mini-batch offset ``offset`` into pieces that stay inside one
-    mini-batch: yields ``(start, length, position_of_first_token)``."""
-    start, pos = 0, offset
-    while start < t:
-        n = min(t - start, mbs - pos)
-        yield start, n, pos
-        start, pos = start + n, (pos + n) % mbs
-
 
 # ------------------------------------------------------------------------------ per-token reference
 
@@ -384,36 +200,6 @@ def _dual(
 
 
 # ------------------------------------------------------------------------------------- public API
-
-_ARGS_DOC = """
-    Args:
-        q, k, v: ``[B, T, H, D]`` queries, keys, values of the inner loss (after projections and RoPE);
-            float16/bfloat16/float32/float64, one dtype.
-        lr: ``[B, T, H]`` source-token learning rates ``lr_j = base_lr * sigmoid(x_j w_h + c_h) / D``
-            (spec §1.6), same dtype as ``q``.
-        token_scale: ``[b]`` position scales ``s_i = max(0, 1/i + delta_i)``; its length is the
-            mini-batch size ``b``.
-        {params}
-        ln_weight, ln_bias: ``[H, D]`` the per-head inner LayerNorm (used in the loss and the output).
-        initial_state: ``None`` (start from the slow weights, offset 0) or a state dict as returned with
-            ``output_final_state=True`` (see the module docstring); its weights win over the slow ones.
-        output_final_state: also return the final state dict.
-        eps: LayerNorm epsilon (1e-6 in the reference).
-
-    Returns:
-        ``(o, state)``: ``o [B, T, H, D]`` in the dtype of ``q`` (``q + LN_h(f_res(q; W_i))`` per token);
-        ``state`` or ``None``.
-
-    Raises:
-        ValueError: naming the argument, on wrong shapes/dtypes, a malformed state or NaN/Inf inputs.
-"""
-
-_LIN_PARAMS = "W1, b1: ``[H, D, D]``, ``[H, 1, D]`` slow initial inner weights (tiled over the batch)."
-_MLP_PARAMS = (
-    "W1, b1, W2, b2: ``[H, D, 4D]``, ``[H, 1, 4D]``, ``[H, 4D, D]``, ``[H, 1, D]`` slow initial inner\n"
-    "            weights (tiled over the batch)."
-)
-
 
 def ttt_linear_reference(
     q: Tensor,
