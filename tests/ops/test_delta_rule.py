@@ -35,7 +35,7 @@ def test_worked_example_output_is_read_after_the_update():
         torch.testing.assert_close(s[0, 0], torch.tensor([[2.25, 3.75], [0.0, 0.0]], dtype=torch.float64))
 
 
-@pytest.mark.parametrize("t", [1, 15, 16, 17, 37, 64])
+@pytest.mark.parametrize("t", [1, 15, 16, 17, 37, 64, 257])
 @pytest.mark.parametrize("with_state", [False, True])
 def test_chunked_equals_reference_fp64(t, with_state):
     q, k, v, beta, s = _random_case(t=t, state=with_state)

@@ -34,7 +34,7 @@ def test_worked_example_is_unnormalised_sum_read_after_the_update():
         assert op(q, k, v)[1] is None
 
 
-@pytest.mark.parametrize("t", [1, 15, 16, 17, 37, 64])
+@pytest.mark.parametrize("t", [1, 15, 16, 17, 37, 64, 257])
 @pytest.mark.parametrize("with_state", [False, True])
 def test_chunked_equals_reference_fp64(t, with_state):
     q, k, v, s = _random_case(t=t, dv=3, state=with_state)

@@ -41,7 +41,7 @@ def _tensors(state):
     return [state[k] for k in sorted(state) if k != "offset"]
 
 
-@pytest.mark.parametrize("t", [1, 15, 16, 17, 37, 64])
+@pytest.mark.parametrize("t", [1, 15, 16, 17, 37, 64, 257])
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize("mlp", [False, True])
 def test_dual_equals_per_token_reference_fp64(t, with_state, mlp):
