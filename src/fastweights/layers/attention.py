@@ -3,7 +3,8 @@
 Sources: Katharopoulos et al., "Transformers are RNNs", ICML 2020 (linear attention with the
 ``elu + 1`` feature map and the ``q . sum k`` normaliser); Vaswani et al., "Attention Is All You Need",
 NeurIPS 2017 (multi-head softmax attention); the layer/op split of flash-linear-attention
-(``shared/spec/ttt_fla.md`` §3.1-3.2).
+(``shared/spec/ttt_fla.md`` §3.1-3.2); optional rotary position embedding (Su et al., "RoFormer",
+arXiv 2104.09864, Eq. 34) in the Llama / HF ``rotate_half`` convention (:mod:`fastweights.layers.rotary`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.linear_attention import linear_attention
 
 __all__ = ["LinearAttentionLayer", "SoftmaxAttentionLayer"]
@@ -196,30 +198,54 @@ class SoftmaxAttentionLayer(SequenceLayer):
     """Causal multi-head softmax attention sublayer, pre-LN residual: ``out = x + Dropout(out_linear(o))``.
 
     ``q, k, v = W_qkv LN(x)`` (no bias), split into ``H`` heads of size ``E``; ``o`` is
-    ``torch.nn.functional.scaled_dot_product_attention`` (scale ``1/sqrt(E)``) under a causal mask. No
-    positional encoding is added: the causal mask is the only source of order (in-context episodes are
-    (input, label) tokens whose order is exchangeable within a task).
+    ``torch.nn.functional.scaled_dot_product_attention`` (scale ``1/sqrt(E)``) under a causal mask. By
+    default no positional encoding is added: the causal mask is the only source of order (in-context
+    episodes are (input, label) tokens whose order is exchangeable within a task).
+
+    ``rope=True`` rotates ``q`` and ``k`` of every head by their absolute position ``m`` before attention
+    (RoFormer Eq. 34, Llama-style): channel pair ``(p, p + E/2)`` (the HF ``rotate_half`` half-split
+    convention, not interleaved pairs) turns by ``m * rope_theta^(-2p/E)``, so ``q_m . k_n`` depends on
+    ``n - m`` only. The tables are computed in float32 (float64 for float64 inputs) and cast to the
+    activation dtype. Positions continue across calls: the cache holds already-rotated keys and a call
+    with a cache of length ``T_past`` puts its tokens at ``T_past .. T_past + T - 1``.
 
     The state is the KV cache ``(K [B, H, T_past, E], V [B, H, T_past, E])`` (float32 under half
     precision; ``None`` = empty). A call with a cache attends to all cached keys plus its own causal
     prefix, so two calls with the state carried equal one call (values and gradients: the cache is not
     detached). :meth:`read` and :meth:`forward_with_reads` are single masked attention calls equal to
-    the generic one-step reads.
+    the generic one-step reads (with RoPE, a read is the step after the state it reads: position
+    ``T_past`` for :meth:`read`, ``T_past + i`` for read ``i`` of :meth:`forward_with_reads`).
 
     Args:
         d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
         num_heads: number of heads ``H``.
         dropout: dropout on the projected output (no dropout on the attention weights).
+        rope: apply the rotary position embedding to ``q`` and ``k``.
+        rope_theta: RoPE base (Llama: 10000).
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``num_heads``.
+        ValueError: if ``d_model`` is not divisible by ``num_heads``, or with ``rope=True`` if the head
+            dim ``E`` is odd or ``rope_theta`` is not positive.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        rope: bool = False,
+        rope_theta: float = 10000.0,
+    ) -> None:
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        if rope and self.head_dim % 2:
+            raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
+        if rope and not rope_theta > 0:
+            raise ValueError(f"rope_theta: expected > 0, got {rope_theta!r}")
+        self.rope, self.rope_theta = rope, rope_theta
         self.layer_norm = nn.LayerNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out_linear = nn.Linear(d_model, d_model, bias=False)
@@ -231,6 +257,15 @@ class SoftmaxAttentionLayer(SequenceLayer):
         p = self.qkv(self.layer_norm(x)).reshape(b, t, 3, self.num_heads, self.head_dim)
         q, k, v = p.permute(2, 0, 3, 1, 4).unbind(0)
         return q, k, v
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """RoPE of ``x [B, H, T, E]`` at ``positions [T]`` (half-split convention); identity when
+        ``rope=False``."""
+        if not self.rope:
+            return x
+        table_dtype = torch.promote_types(x.dtype, torch.float32)
+        cos, sin = rotary_tables(positions, self.head_dim, self.rope_theta, table_dtype, x.device)
+        return apply_rotary(x, cos.to(x.dtype), sin.to(x.dtype), interleaved=False)
 
     def _cache(self, x: Tensor, state: object, like: Tensor) -> KVCache:
         """The cached ``(K, V)`` in the dtype of ``like`` (empty when ``state`` is None)."""
@@ -270,6 +305,8 @@ class SoftmaxAttentionLayer(SequenceLayer):
         q, k, v = self.projections(x)
         k_past, v_past = self._cache(x, state, k)
         tp, t = k_past.shape[2], x.shape[1]
+        pos = tp + torch.arange(t, device=x.device)
+        q, k = self.rotate(q, pos), self.rotate(k, pos)
         keys, values = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
         allowed = None
         if tp > 0:  # query i sees every cached key and its own prefix: key j <= T_past + i
@@ -279,11 +316,14 @@ class SoftmaxAttentionLayer(SequenceLayer):
         return self._output(x, self._attend(q, keys, values, allowed)), self._state(keys, values)
 
     def read(self, x: Tensor, state: KVCache | None = None) -> Tensor:
-        """Independent one-step reads ``[B, Q, D]``: query ``i`` attends to the cache and to its own key."""
+        """Independent one-step reads ``[B, Q, D]``: query ``i`` attends to the cache and to its own key
+        (with RoPE, each read query/key sits at position ``T_past``)."""
         check_layer_input(x, self.d_model)
         q, k, v = self.projections(x)
         k_past, v_past = self._cache(x, state, k)
         tp, nq = k_past.shape[2], x.shape[1]
+        pos = torch.full((nq,), tp, device=x.device)  # every read is the step after the cache
+        q, k = self.rotate(q, pos), self.rotate(k, pos)
         i = torch.arange(nq, device=x.device)[:, None]
         j = torch.arange(tp + nq, device=x.device)[None, :]
         allowed = (j < tp) | (j == tp + i)
@@ -300,6 +340,8 @@ class SoftmaxAttentionLayer(SequenceLayer):
         qr, kr, vr = self.projections(x_read)
         k_past, v_past = self._cache(x, state, k)
         tp, t = k_past.shape[2], x.shape[1]
+        pos = tp + torch.arange(t, device=x.device)  # stream token i and read i are both step T_past + i
+        q, k, qr, kr = (self.rotate(z, pos) for z in (q, k, qr, kr))
         i = torch.arange(t, device=x.device)[:, None]
         j = torch.arange(tp + 2 * t, device=x.device)[None, :]
         stream = j <= tp + i

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.ttt import ttt_linear, ttt_mlp
 
 __all__ = ["TTTLinearLayer", "TTTMLPLayer", "rope_tables"]
@@ -22,20 +23,10 @@ __all__ = ["TTTLinearLayer", "TTTMLPLayer", "rope_tables"]
 def rope_tables(head_dim: int, positions: int, theta: float = 10000.0) -> tuple[Tensor, Tensor]:
     """The reference's float32 RoPE tables ``(cos, sin)``, each ``[positions, head_dim]`` laid out as
     ``cat(freqs, freqs)`` (HF rotate-half layout); frequency ``p`` is ``theta^(-2p/head_dim)`` (spec §1.3).
+    Built with :func:`~fastweights.layers.rotary.rotary_tables` (the layers use its half-width tables).
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    freqs = torch.arange(positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def _rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate adjacent channel pairs ``(2p, 2p+1)`` of ``x [B, T, H, D]`` by the angles of frequency ``p``;
-    ``cos, sin [T, D]`` in the rotate-half layout (only the first ``D/2`` columns are used)."""
-    half = x.shape[-1] // 2
-    c, s = cos[:, None, :half], sin[:, None, :half]  # [T, 1, D/2]
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack([even * c - odd * s, odd * c + even * s], dim=-1).flatten(-2)
+    cos, sin = rotary_tables(torch.arange(positions), head_dim, theta, torch.float32)
+    return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
 
 
 class _TTTBase(SequenceLayer):
@@ -136,12 +127,12 @@ class _TTTBase(SequenceLayer):
             xq, xk = self.q_proj(x), self.k_proj(x)
         xv = self.v_proj(x)
         shape = (b, t, self.num_heads, self.head_dim)
-        cos, sin = rope_tables(self.head_dim, self.mini_batch_size, self.rope_theta)
-        pos = (torch.arange(t) + offset) % self.mini_batch_size
+        pos = (torch.arange(t, device=x.device) + offset) % self.mini_batch_size
         dt = xv.dtype  # the projection dtype (bfloat16 under autocast)
-        cos, sin = cos[pos].to(device=x.device, dtype=dt), sin[pos].to(device=x.device, dtype=dt)
-        q = _rope_interleaved(xq.to(dt).reshape(shape), cos, sin)
-        k = _rope_interleaved(xk.to(dt).reshape(shape), cos, sin)
+        # float32 tables cast to the activation dtype, as the reference does (spec §1.3, §1.14)
+        cos, sin = (z.to(dt)[:, None] for z in rotary_tables(pos, self.head_dim, self.rope_theta))
+        q = apply_rotary(xq.to(dt).reshape(shape), cos, sin, interleaved=True)
+        k = apply_rotary(xk.to(dt).reshape(shape), cos, sin, interleaved=True)
         return q, k, xv.reshape(shape), new_conv
 
     def forward_unpacked(self, x: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
