@@ -221,3 +221,19 @@ def test_bad_chunk_size():
     for bad in (0, -3, 2.0, True):
         with pytest.raises(ValueError, match="chunk_size: expected a positive int"):
             delta_rule(q, k, v, beta, chunk_size=bad)
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_read_equals_independent_one_step_calls(with_state):
+    from fastweights.ops import delta_rule_read
+
+    q, k, v, beta, s = _random_case(t=6, state=with_state)
+    o = delta_rule_read(q, k, v, beta, state=s)
+    for i in range(q.shape[1]):
+        step = slice(i, i + 1)
+        expected, _ = delta_rule_reference(q[:, step], k[:, step], v[:, step], beta[:, step], initial_state=s)
+        torch.testing.assert_close(o[:, i], expected[:, 0], rtol=0, atol=1e-12)
+    half = delta_rule_read(*(z.bfloat16() for z in (q, k, v, beta)), state=None if s is None else s.float())
+    assert half.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="initial_state: expected shape"):
+        delta_rule_read(q, k, v, beta, state=torch.zeros(2, 2, 4, 3, dtype=q.dtype))

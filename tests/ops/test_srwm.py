@@ -239,3 +239,138 @@ def test_fast_path_does_not_modify_inputs_and_saves_no_weight_history():
     saved = [t for t in y.grad_fn.saved_tensors if t is not None]
     # O(T*E) vectors plus one final matrix: nothing of size T*E*(3E+4) (the per-step weight history)
     assert len(saved) >= 4 and all(t.numel() < 9 * 4 * 16 * 2 for t in saved)
+
+
+# --- a y block of width d_out != E (SR-Delta generates DeltaNet's q, k, v, beta with d_out = 3E+1) ---
+
+
+def _wide_case(b=2, t=5, h=2, e=3, d_out=10, state=False):
+    c = d_out + 2 * e + 4
+    x = torch.randn(b, t, h, e, dtype=torch.float64)
+    w = torch.randn(h, e, c, dtype=torch.float64) / e**0.5
+    s = torch.randn(b, h, e, c, dtype=torch.float64) / e**0.5 if state else None
+    return x, w, s
+
+
+def test_num_columns_and_rate_map_of_a_wide_y_block():
+    from fastweights.ops.srwm import srwm_num_columns
+    from fastweights.ops.srwm_autograd import _rate_matrix
+
+    assert srwm_num_columns(4) == 16 and srwm_num_columns(4, 4) == 16 and srwm_num_columns(4, 13) == 25
+    rates = _rate_matrix(3, 10, torch.float64, torch.device("cpu"))
+    assert rates.shape == (4, 20)
+    assert rates.sum(dim=1).tolist() == [10.0, 3.0, 3.0, 4.0]  # y | q | k | beta columns
+    assert rates[0, :10].all() and rates[1, 10:13].all() and rates[2, 13:16].all() and rates[3, 16:].all()
+
+
+@pytest.mark.parametrize("d_out", [1, 2, 10])
+@pytest.mark.parametrize("t", [1, 17, 65, 130])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_wide_y_block_fast_path_equals_reference_fp64(d_out, t, with_state):
+    x, w, s = _wide_case(b=1, t=t, d_out=d_out, state=with_state)
+    leaves = [x, s] if with_state else [x, w]
+    for z in leaves:
+        z.requires_grad_(True)
+    gy = torch.randn(1, t, 2, d_out, dtype=x.dtype)
+    gs = torch.randn(1, 2, 3, d_out + 10, dtype=x.dtype)
+    results = []
+    for op in OPS:
+        y, fs = op(x, w, initial_state=s, output_final_state=True, d_out=d_out)
+        assert y.shape == (1, t, 2, d_out) and fs.shape == (1, 2, 3, d_out + 10)
+        results.append((y, fs, torch.autograd.grad((y * gy).sum() + (fs * gs).sum(), leaves)))
+    (y0, s0, g0), (y1, s1, g1) = results
+    torch.testing.assert_close(y0, y1, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(s0, s1, rtol=1e-10, atol=1e-10)
+    for a, b in zip(g0, g1, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_wide_y_block_reference_is_the_paper_recurrence():
+    """One step by hand: y = x W^y (pre-update), every block moves by beta_j k ⊗ (q - k) W^*."""
+    x, w, _ = _wide_case(b=1, t=1, h=1, e=3, d_out=5)
+    y, fs = srwm_reference(x, w, output_final_state=True, d_out=5)
+    xt = x[0, 0, 0]
+    torch.testing.assert_close(y[0, 0, 0], xt @ w[0, :, :5])
+    q, k = torch.softmax(xt @ w[0, :, 5:8], -1), torch.softmax(xt @ w[0, :, 8:11], -1)
+    beta = torch.sigmoid(xt @ w[0, :, 11:])
+    cols = torch.repeat_interleave(beta, torch.tensor([5, 3, 3, 4]))
+    expected = w[0] + torch.outer(k, cols * ((q - k) @ w[0]))
+    torch.testing.assert_close(fs[0, 0], expected, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("t", [9, 65, 130])
+def test_wide_y_block_with_reads_across_chunk_boundaries_fp64(t):
+    from fastweights.ops.srwm import srwm_with_reads
+
+    x, w, s = _wide_case(b=1, t=t, d_out=7, state=True)
+    x_read = torch.randn_like(x)
+    g_y, g_r = torch.randn(1, t, 2, 7, dtype=x.dtype), torch.randn(1, t, 2, 7, dtype=x.dtype)
+    leaves = [z.requires_grad_(True) for z in (x, x_read, s)]
+    y, y_read, fs = srwm_with_reads(x, x_read, w, initial_state=s, d_out=7)
+    grads = torch.autograd.grad((y * g_y).sum() + (y_read * g_r).sum() + fs.sum(), leaves)
+    state, ys, reads = s, [], []
+    for i in range(t):
+        reads.append(srwm_read(x_read[:, i : i + 1], w, state=state, d_out=7))
+        y_i, state = srwm_reference(x[:, i : i + 1], w, initial_state=state, output_final_state=True, d_out=7)
+        ys.append(y_i)
+    y_ref, r_ref = torch.cat(ys, 1), torch.cat(reads, 1)
+    ref_grads = torch.autograd.grad((y_ref * g_y).sum() + (r_ref * g_r).sum() + state.sum(), leaves)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(y_read, r_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(fs, state, rtol=1e-10, atol=1e-10)
+    for a, b in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_wide_y_block_gradcheck_tiny_fp64(op):
+    from fastweights.ops.srwm import srwm_with_reads
+
+    x, w, s = _wide_case(b=1, t=3, h=2, e=2, d_out=7, state=True)
+    x_read = torch.randn_like(x)
+    for z in (x, x_read, w, s):
+        z.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda x, w, s: op(x, w, initial_state=s, output_final_state=True, d_out=7),
+        (x, w, s),
+        eps=1e-6,
+        atol=1e-7,
+    )
+    assert torch.autograd.gradcheck(
+        lambda x, w: op(x, w, output_final_state=True, d_out=7), (x, w), eps=1e-6, atol=1e-7
+    )
+    assert torch.autograd.gradcheck(
+        lambda x, r, s: srwm_with_reads(x, r, w, initial_state=s, d_out=7),
+        (x, x_read, s),
+        eps=1e-6,
+        atol=1e-7,
+    )
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_wide_y_block_bad_inputs(op):
+    x, w, s = _wide_case(d_out=10, state=True)
+    op(x, w, initial_state=s, d_out=10)  # the matching shapes are accepted
+    with pytest.raises(ValueError, match="weight: expected shape"):
+        op(x, w)  # d_out defaults to E: a 3E+4 weight is expected
+    with pytest.raises(ValueError, match="weight: expected shape"):
+        op(x, w, d_out=9)
+    with pytest.raises(ValueError, match="initial_state: expected shape"):
+        op(x, w, initial_state=s[..., :-1], d_out=10)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="d_out: expected a positive int"):
+            op(x, w, d_out=bad)
+
+
+def test_half_precision_and_autocast_keep_state_float32():
+    x, w, s = _random_case(t=9, dtype=torch.float32, state=True)
+    ref_y, ref_s = srwm_reference(x, w, initial_state=s, output_final_state=True)
+    for op in OPS:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, fs = op(x, w, initial_state=s, output_final_state=True)
+        assert y.dtype == torch.float32 and fs.dtype == torch.float32
+        torch.testing.assert_close(y, ref_y, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fs, ref_s, rtol=1e-5, atol=1e-5)
+        y16, fs16 = op(x.bfloat16(), w.bfloat16(), initial_state=s, output_final_state=True)
+        assert y16.dtype == torch.bfloat16 and fs16.dtype == torch.float32
+        torch.testing.assert_close(y16.float(), ref_y, rtol=0.05, atol=0.05)

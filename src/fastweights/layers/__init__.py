@@ -7,6 +7,7 @@ from fastweights.layers.base import SequenceLayer
 from fastweights.layers.deltanet import DeltaNetLayer
 from fastweights.layers.feedforward import FeedForward
 from fastweights.layers.lstm import LSTMLayer
+from fastweights.layers.sr_deltanet import SRDeltaNetLayer
 from fastweights.layers.srwm import SRWMLayer
 from fastweights.layers.ttt import TTTLinearLayer, TTTMLPLayer
 
@@ -15,6 +16,7 @@ __all__ = [
     "FeedForward",
     "LSTMLayer",
     "LinearAttentionLayer",
+    "SRDeltaNetLayer",
     "SRWMLayer",
     "SoftmaxAttentionLayer",
     "TTTLinearLayer",
@@ -27,6 +29,7 @@ __all__ = [
 SEQUENCE_LAYERS = (
     "srwm",
     "deltanet",
+    "sr_deltanet",
     "linear_attention",
     "softmax_attention",
     "lstm",
@@ -38,6 +41,7 @@ SEQUENCE_LAYERS = (
 def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: float = 0.0) -> SequenceLayer:
     """Build a sequence layer by name (one of :data:`SEQUENCE_LAYERS`).
 
+    ``"sr_deltanet"`` is SR-Delta (a DeltaNet whose projection is an SRWM; Irie et al. 2022).
     ``"ttt_linear"`` / ``"ttt_mlp"`` are the TTT layers in pre-norm residual form
     (``residual=True``), Transformer backbone, mini-batch 16, ``ttt_base_lr`` 1.0 / 0.1 (ttt-lm-jax).
 
@@ -48,6 +52,8 @@ def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: flo
         return SRWMLayer(d_model, num_heads, dropout=dropout)
     if name == "deltanet":
         return DeltaNetLayer(d_model, num_heads, dropout=dropout)
+    if name == "sr_deltanet":
+        return SRDeltaNetLayer(d_model, num_heads, dropout=dropout)
     if name == "linear_attention":
         return LinearAttentionLayer(d_model, num_heads, dropout=dropout)
     if name == "softmax_attention":

@@ -39,7 +39,7 @@ from fastweights.ops._common import (
 )
 from fastweights.ops.packing import supports_cu_seqlens
 
-__all__ = ["delta_rule", "delta_rule_reference", "check_delta_rule_inputs"]
+__all__ = ["delta_rule", "delta_rule_reference", "delta_rule_read", "check_delta_rule_inputs"]
 
 
 def check_delta_rule_inputs(
@@ -180,3 +180,32 @@ def delta_rule(
             state = state + kc[:, :, i].transpose(-1, -2) @ u
         o = torch.stack(outputs, dim=2).reshape(b, h, n * c, dv)[:, :, :t].transpose(1, 2)
     return o.to(q.dtype), (state if output_final_state else None)
+
+
+def delta_rule_read(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, *, state: Tensor | None = None) -> Tensor:
+    """Read-only delta-rule step: every position of the inputs is an independent one-step call from
+    ``state`` whose own update is discarded (ACL query semantics).
+
+    A one-step call writes ``u = beta (v - k S)`` and reads *after* the write, so its output is
+    ``q (S + outer(k, u)) = q S + (q · k) u``: one batched matmul for all ``Q`` positions instead of
+    ``Q`` copies of the state. Equal to ``Q`` separate length-1 calls of :func:`delta_rule_reference`.
+
+    Args:
+        q, k: ``[B, Q, H, K]`` queries and keys of the ``Q`` independent steps.
+        v: ``[B, Q, H, V]`` values; ``beta``: ``[B, Q, H]`` rates (same dtype as ``q``).
+        state: optional ``[B, H, K, V]`` fast weights every step starts from; ``None`` means zeros.
+
+    Returns:
+        ``o [B, Q, H, V]`` in the dtype of ``q`` (computed in float32 for half inputs).
+
+    Raises:
+        ValueError: as for :func:`delta_rule_reference` (a bad ``state`` is reported as ``initial_state``).
+    """
+    check_delta_rule_inputs(q, k, v, beta, state)
+    dtype = compute_dtype(q.dtype)
+    with torch.autocast(q.device.type, enabled=False):
+        q_, k_, v_, beta_ = (x.to(dtype) for x in (q, k, v, beta))
+        s = initial_kv_state(q, v, state, dtype)
+        u = beta_.unsqueeze(-1) * (v_ - torch.einsum("bqhk,bhkv->bqhv", k_, s))
+        o = torch.einsum("bqhk,bhkv->bqhv", q_, s) + (q_ * k_).sum(-1, keepdim=True) * u
+    return o.to(q.dtype)
