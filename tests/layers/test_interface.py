@@ -115,3 +115,13 @@ def test_state_from_a_different_batch_size_is_rejected(name):
 def test_heads_must_divide_d_model(name):
     with pytest.raises(ValueError, match="d_model"):
         make_sequence_layer(name, 10, 3)
+
+
+def test_registry_passes_options_to_the_layer():
+    layer = make_sequence_layer("softmax_attention", D_MODEL, HEADS, rope=True)
+    assert layer.rope
+    assert make_sequence_layer("ttt_mlp", D_MODEL, HEADS, mini_batch_size=4).mini_batch_size == 4
+    with pytest.raises(TypeError, match="rope"):
+        make_sequence_layer("lstm", D_MODEL, HEADS, rope=True)
+    with pytest.raises(ValueError, match="sequence_layer: expected one of"):
+        make_sequence_layer("transformer", D_MODEL, HEADS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastweights.layers.attention import LinearAttentionLayer, SoftmaxAttentionLayer
 from fastweights.layers.base import SequenceLayer
 from fastweights.layers.deltanet import DeltaNetLayer
@@ -26,42 +28,36 @@ __all__ = [
     "SEQUENCE_LAYERS",
 ]
 
-SEQUENCE_LAYERS = (
-    "srwm",
-    "deltanet",
-    "sr_deltanet",
-    "linear_attention",
-    "softmax_attention",
-    "lstm",
-    "ttt_linear",
-    "ttt_mlp",
-)
+# name → (class, defaults of its keyword options)
+_REGISTRY: dict[str, tuple[type[SequenceLayer], dict[str, Any]]] = {
+    "srwm": (SRWMLayer, {}),
+    "deltanet": (DeltaNetLayer, {}),
+    "sr_deltanet": (SRDeltaNetLayer, {}),
+    "linear_attention": (LinearAttentionLayer, {}),
+    "softmax_attention": (SoftmaxAttentionLayer, {}),
+    "lstm": (LSTMLayer, {}),
+    "ttt_linear": (TTTLinearLayer, {"residual": True}),
+    "ttt_mlp": (TTTMLPLayer, {"residual": True, "ttt_base_lr": 0.1}),
+}
+SEQUENCE_LAYERS = tuple(_REGISTRY)
 
 
-def make_sequence_layer(name: str, d_model: int, num_heads: int, *, dropout: float = 0.0) -> SequenceLayer:
+def make_sequence_layer(
+    name: str, d_model: int, num_heads: int, *, dropout: float = 0.0, **options: Any
+) -> SequenceLayer:
     """Build a sequence layer by name (one of :data:`SEQUENCE_LAYERS`).
 
-    ``"sr_deltanet"`` is SR-Delta (a DeltaNet whose projection is an SRWM; Irie et al. 2022).
-    ``"ttt_linear"`` / ``"ttt_mlp"`` are the TTT layers in pre-norm residual form
-    (``residual=True``), Transformer backbone, mini-batch 16, ``ttt_base_lr`` 1.0 / 0.1 (ttt-lm-jax).
+    ``options`` are passed to the layer's constructor (e.g. ``rope=True`` for ``"softmax_attention"``,
+    ``mini_batch_size=8`` for the TTT layers) over these defaults: ``"ttt_linear"`` / ``"ttt_mlp"``
+    are the TTT layers in pre-norm residual form (``residual=True``), Transformer backbone, mini-batch
+    16, ``ttt_base_lr`` 1.0 / 0.1 (ttt-lm-jax). ``"sr_deltanet"`` is SR-Delta (a DeltaNet whose
+    projection is an SRWM; Irie et al. 2022).
 
     Raises:
         ValueError: for an unknown name.
+        TypeError: for an option the layer does not accept (named by Python).
     """
-    if name == "srwm":
-        return SRWMLayer(d_model, num_heads, dropout=dropout)
-    if name == "deltanet":
-        return DeltaNetLayer(d_model, num_heads, dropout=dropout)
-    if name == "sr_deltanet":
-        return SRDeltaNetLayer(d_model, num_heads, dropout=dropout)
-    if name == "linear_attention":
-        return LinearAttentionLayer(d_model, num_heads, dropout=dropout)
-    if name == "softmax_attention":
-        return SoftmaxAttentionLayer(d_model, num_heads, dropout=dropout)
-    if name == "lstm":
-        return LSTMLayer(d_model, num_heads, dropout=dropout)
-    if name == "ttt_linear":
-        return TTTLinearLayer(d_model, num_heads, residual=True, dropout=dropout)
-    if name == "ttt_mlp":
-        return TTTMLPLayer(d_model, num_heads, residual=True, dropout=dropout, ttt_base_lr=0.1)
-    raise ValueError(f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {name!r}")
+    if name not in _REGISTRY:
+        raise ValueError(f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {name!r}")
+    cls, defaults = _REGISTRY[name]
+    return cls(d_model, num_heads, dropout=dropout, **{**defaults, **options})
