@@ -37,7 +37,7 @@ def test_worked_example_key_row_moves_towards_query_row(op):
     assert state1[0, 0, :, 0].tolist() == pytest.approx([2.0, 3.0], abs=1e-8)
 
 
-@pytest.mark.parametrize("t", [1, 2, 7, 16, 17])
+@pytest.mark.parametrize("t", [1, 2, 7, 15, 16, 17, 37, 64, 65])
 @pytest.mark.parametrize("with_state", [False, True])
 def test_fused_equals_reference_fp64(t, with_state):
     x, w, s = _random_case(t=t, state=with_state)
@@ -59,9 +59,9 @@ def test_fused_equals_reference_fp64(t, with_state):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("split", [1, 3, 6])
+@pytest.mark.parametrize("split", [1, 7, 16, 36])
 def test_carried_state_equals_one_call(op, split):
-    x, w, s = _random_case(t=7, state=True)
+    x, w, s = _random_case(t=37, state=True)
     for z in (x, s):
         z.requires_grad_(True)
     gy = torch.randn(x.shape, dtype=x.dtype)
