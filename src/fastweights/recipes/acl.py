@@ -11,7 +11,6 @@ validation on the meta-validation scripts, atomic best/latest checkpoints, resum
 from __future__ import annotations
 
 import logging
-import math
 import shlex
 import sys
 import time
@@ -35,8 +34,9 @@ from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
 from fastweights.recipes.report import plot_learning_curves, write_report
-from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
-from fastweights.train.io import JsonlLogger, atomic_write_json, atomic_write_text, read_jsonl
+from fastweights.train.checkpoint import CheckpointManager
+from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
+from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, open_run_dir
 from fastweights.train.schedules import lr_multiplier
 
 __all__ = [
@@ -139,11 +139,7 @@ def train(
     """
     t = cfg.train
     run_dir = Path(run_dir)
-    ckpt = CheckpointManager(run_dir)
-    if ckpt.exists("latest") and not resume:
-        raise FileExistsError(
-            f"run_dir: {run_dir} already holds a run; pass --resume or choose another folder"
-        )
+    open_run_dir(run_dir, resume)
     if resume and (run_dir / "config.yaml").exists():
         cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
         t = cfg.train
@@ -177,128 +173,66 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lr_multiplier(t.schedule, warmup_steps=t.warmup_steps, base_lr=t.lr, d_model=cfg.model.d_model)
     )
-    step, elapsed, best = 0, 0.0, -math.inf
-    last_val: dict[str, Any] = {}
-    state = ckpt.load("latest", map_location=device) if resume else None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step, elapsed, best = state["step"], state["elapsed_seconds"], state["best"]
-        restore_rng_state(state["rng"])
-        rng.bit_generator.state = state["sampler_rng"]
-        synth_gen.set_state(state["synthetic_rng"])
-        last_val = state.get("last_val", {})
-        log.info("resumed %s at step %d (%.1f min)", run_dir, step, elapsed / 60)
 
-    def save(is_best: bool) -> None:
-        ckpt.save(
-            {
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(),
-                "step": step,
-                "elapsed_seconds": elapsed,
-                "best": best,
-                "rng": capture_rng_state(),
-                "sampler_rng": rng.bit_generator.state,
-                "synthetic_rng": synth_gen.get_state(),
-                "last_val": last_val,
-                "config": asdict(cfg),
-            },
-            is_best=is_best,
+    def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        n_way, k_shot = _stage(t, step)
+        label_space = t.label_space or cfg.model.num_classes
+        if step < t.synthetic_steps:
+            tasks = synthetic_feature_tasks(
+                synth_gen,
+                batch_size=t.batch_size,
+                num_tasks=t.num_tasks,
+                n_way=n_way,
+                k_shot=k_shot,
+                n_query=t.n_query,
+                feature_dim=model.backbone.feature_dim,
+                label_space=label_space,
+                noise=t.synthetic_noise,
+                device=device,
+            )
+        else:
+            batches = train_sampler.sample(
+                rng,
+                batch_size=t.batch_size,
+                num_tasks=t.num_tasks,
+                n_way=n_way,
+                k_shot=k_shot,
+                n_query=t.n_query,
+                label_space=label_space,
+                first_shot=t.first_shot_loss,
+            )
+            pool = train_sampler.pool
+            tasks = embed_tasks(model, batches, pool.mean, pool.std, device, channels=pool.channels)
+        loss, accs = acl_loss(
+            model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
         )
+        return loss, {"n_way": n_way, "k_shot": k_shot, **{f"train_{i}|{j}": a for (i, j), a in accs.items()}}
 
-    logger = JsonlLogger(run_dir / "metrics.jsonl")
-    budget = t.max_minutes * 60 if t.max_minutes > 0 else math.inf
-    start = time.monotonic() - elapsed
-    bar = tqdm(
-        total=None if t.max_minutes > 0 else t.max_steps,  # a time budget makes the step total meaningless
-        initial=step,
-        desc="ACL meta-training",
-        unit="it",
-        dynamic_ncols=True,
-        mininterval=0.5 if sys.stderr.isatty() else 30.0,  # keep redirected logs small
+    return fit(
+        run_dir,
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        step_fn=step_fn,
+        validate_fn=lambda: _validate(model, val_sampler, t, t.val_episodes, device),
+        settings=LoopSettings(
+            max_steps=t.max_steps,
+            max_minutes=t.max_minutes,
+            val_every_steps=t.val_every_steps,
+            checkpoint_every_steps=t.checkpoint_every_steps,
+            grad_clip=t.grad_clip,
+        ),
+        objective="val_objective",
+        resume=resume,
+        extra_state={
+            "sampler_rng": numpy_rng_state(rng),
+            "synthetic_rng": (synth_gen.get_state, synth_gen.set_state),
+        },
+        metadata={"config": asdict(cfg)},
+        description="ACL meta-training",
+        postfix=("n_way", "k_shot"),
+        map_location=device,
     )
-    loss_ema = None
-    model.train()
-    try:
-        while step < t.max_steps and time.monotonic() - start < budget:
-            n_way, k_shot = _stage(t, step)
-            label_space = t.label_space or cfg.model.num_classes
-            if step < t.synthetic_steps:
-                tasks = synthetic_feature_tasks(
-                    synth_gen,
-                    batch_size=t.batch_size,
-                    num_tasks=t.num_tasks,
-                    n_way=n_way,
-                    k_shot=k_shot,
-                    n_query=t.n_query,
-                    feature_dim=model.backbone.feature_dim,
-                    label_space=label_space,
-                    noise=t.synthetic_noise,
-                    device=device,
-                )
-            else:
-                batches = train_sampler.sample(
-                    rng,
-                    batch_size=t.batch_size,
-                    num_tasks=t.num_tasks,
-                    n_way=n_way,
-                    k_shot=k_shot,
-                    n_query=t.n_query,
-                    label_space=label_space,
-                    first_shot=t.first_shot_loss,
-                )
-                tasks = embed_tasks(model, batches, train_sampler.pool.mean, train_sampler.pool.std, device)
-            loss, accs = acl_loss(
-                model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
-            )
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if t.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            opt.step()
-            sched.step()
-            step += 1
-            elapsed = time.monotonic() - start
-            loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
-            bar.update(1)
-            bar.set_postfix(
-                loss=f"{loss_ema:.3f}", way=n_way, shot=k_shot, val=last_val.get("val_acc", float("nan"))
-            )
-            done = step >= t.max_steps or time.monotonic() - start >= budget
-            if step % t.val_every_steps == 0 or done:
-                last_val = _validate(model, val_sampler, t, t.val_episodes, device)
-                model.train()
-                elapsed = time.monotonic() - start
-                record = {
-                    "step": step,
-                    "minutes": elapsed / 60,
-                    "train_loss": loss_ema,
-                    "n_way": n_way,
-                    "k_shot": k_shot,
-                    "lr": sched.get_last_lr()[0],
-                    **{f"train_{i}|{j}": a for (i, j), a in accs.items()},
-                    **last_val,
-                }
-                logger.log(**record)
-                is_best = last_val["val_objective"] > best
-                best = max(best, last_val["val_objective"])
-                save(is_best)
-            elif step % t.checkpoint_every_steps == 0:
-                save(False)
-    except KeyboardInterrupt:
-        elapsed = time.monotonic() - start
-        save(False)
-        bar.close()
-        log.warning("interrupted at step %d; resume with --resume", step)
-        raise
-    bar.close()
-    logger.close()
-    return {"step": step, "minutes": elapsed / 60, **last_val}
 
 
 def _split_datasets(cfg: ACLConfig) -> dict[str, SplitDataset]:

@@ -1,0 +1,194 @@
+"""The training loop every recipe shares: steps, validation, best/latest checkpoints, exact resume.
+
+A recipe supplies ``step_fn(step) -> (loss, info)`` (build a batch, return the loss to minimise and
+loggable scalars) and ``validate_fn() -> {name: value}``; :func:`fit` runs Adam-style optimisation
+until ``max_steps`` or a wall-clock budget, validates every ``val_every_steps`` steps (and at the
+end), keeps the checkpoint with the best ``objective`` and a latest one, logs one JSONL record per
+validation, shows a progress bar, and on Ctrl-C saves before re-raising. With ``resume=True`` the
+latest checkpoint continues exactly: model, optimiser, schedule, step, elapsed time, torch/numpy/
+python random states and any recipe-specific state (``extra_state``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from fastweights.train.io import JsonlLogger
+
+__all__ = ["LoopSettings", "fit", "numpy_rng_state", "open_run_dir"]
+
+log = logging.getLogger(__name__)
+
+StepFn = Callable[[int], tuple[Tensor, dict[str, Any]]]
+StateAccessors = dict[str, tuple[Callable[[], Any], Callable[[Any], None]]]
+
+
+@dataclass
+class LoopSettings:
+    """When to stop, validate and checkpoint (``max_minutes`` = 0: no time budget)."""
+
+    max_steps: int
+    max_minutes: float = 0.0
+    val_every_steps: int = 100
+    checkpoint_every_steps: int = 100
+    grad_clip: float = 0.0  # max gradient norm; 0 = off
+
+
+def numpy_rng_state(rng: np.random.Generator) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """``(get, set)`` accessors of a numpy generator's state, for ``fit(extra_state=...)``."""
+    return (lambda: rng.bit_generator.state), (lambda v: setattr(rng.bit_generator, "state", v))
+
+
+def open_run_dir(run_dir: Path, resume: bool) -> CheckpointManager:
+    """Checkpoint manager of ``run_dir``.
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+    """
+    ckpt = CheckpointManager(Path(run_dir))
+    if ckpt.exists("latest") and not resume:
+        raise FileExistsError(
+            f"run_dir: {run_dir} already holds a run; pass --resume or choose another folder"
+        )
+    return ckpt
+
+
+def fit(
+    run_dir: Path,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    step_fn: StepFn,
+    validate_fn: Callable[[], dict[str, float]],
+    settings: LoopSettings,
+    objective: str,
+    resume: bool = False,
+    extra_state: StateAccessors | None = None,
+    metadata: dict[str, Any] | None = None,
+    description: str = "training",
+    postfix: tuple[str, ...] = (),
+    map_location: torch.device | str | None = None,
+) -> dict[str, Any]:
+    """Optimise ``model`` with ``step_fn`` losses; see the module docstring.
+
+    Args:
+        run_dir: folder for ``checkpoints/`` and ``metrics.jsonl``.
+        step_fn: ``step_fn(step)`` → ``(loss, info)``; ``info`` scalars go into the log records and
+            the keys named in ``postfix`` into the progress bar.
+        validate_fn: returns the validation scalars; must contain ``objective`` (higher is better).
+        extra_state: ``{name: (get, set)}`` recipe state saved in checkpoints and restored on resume
+            (e.g. an episode sampler's random generator).
+        metadata: saved as is in every checkpoint (e.g. the config as a dict).
+
+    Returns:
+        ``{"step", "minutes", **last validation}``.
+
+    Raises:
+        FloatingPointError: if a loss is NaN/Inf (the last checkpoint stays intact).
+        KeyError: if ``validate_fn`` does not return ``objective``.
+    """
+    s = settings
+    ckpt = CheckpointManager(Path(run_dir))
+    extra_state = extra_state or {}
+    step, elapsed, best = 0, 0.0, -math.inf
+    last_val: dict[str, Any] = {}
+    state = ckpt.load("latest", map_location=map_location) if resume else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step, elapsed, best = state["step"], state["elapsed_seconds"], state["best"]
+        restore_rng_state(state["rng"])
+        for name, (_, set_state) in extra_state.items():
+            set_state(state["extra"][name])
+        last_val = state.get("last_val", {})
+        log.info("resumed %s at step %d (%.1f min)", run_dir, step, elapsed / 60)
+
+    def save(is_best: bool) -> None:
+        ckpt.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "step": step,
+                "elapsed_seconds": elapsed,
+                "best": best,
+                "rng": capture_rng_state(),
+                "extra": {name: get() for name, (get, _) in extra_state.items()},
+                "last_val": last_val,
+                **(metadata or {}),
+            },
+            is_best=is_best,
+        )
+
+    logger = JsonlLogger(Path(run_dir) / "metrics.jsonl")
+    budget = s.max_minutes * 60 if s.max_minutes > 0 else math.inf
+    start = time.monotonic() - elapsed
+    bar = tqdm(
+        total=None if s.max_minutes > 0 else s.max_steps,  # a time budget makes the step total meaningless
+        initial=step,
+        desc=description,
+        unit="it",
+        dynamic_ncols=True,
+        mininterval=0.5 if sys.stderr.isatty() else 30.0,  # keep redirected logs small
+    )
+    loss_ema = None
+    model.train()
+    try:
+        while step < s.max_steps and time.monotonic() - start < budget:
+            loss, info = step_fn(step)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if s.grad_clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            elapsed = time.monotonic() - start
+            loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+            bar.update(1)
+            shown = {k: info[k] for k in postfix if k in info}
+            bar.set_postfix(loss=f"{loss_ema:.3f}", **shown, val=last_val.get(objective, float("nan")))
+            done = step >= s.max_steps or time.monotonic() - start >= budget
+            if step % s.val_every_steps == 0 or done:
+                last_val = validate_fn()
+                model.train()
+                elapsed = time.monotonic() - start
+                logger.log(
+                    step=step,
+                    minutes=elapsed / 60,
+                    train_loss=loss_ema,
+                    lr=scheduler.get_last_lr()[0],
+                    **info,
+                    **last_val,
+                )
+                is_best = last_val[objective] > best
+                best = max(best, last_val[objective])
+                save(is_best)
+            elif step % s.checkpoint_every_steps == 0:
+                save(False)
+    except KeyboardInterrupt:
+        elapsed = time.monotonic() - start
+        save(False)
+        bar.close()
+        log.warning("interrupted at step %d; resume with --resume", step)
+        raise
+    bar.close()
+    logger.close()
+    return {"step": step, "minutes": elapsed / 60, **last_val}
