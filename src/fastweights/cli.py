@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["main"]
@@ -38,7 +39,68 @@ def _parser() -> argparse.ArgumentParser:
     cu.add_argument("--labels", default=None, help="comma-separated legend labels (default: folder names)")
     cu.add_argument("--key", default="val_acc", help="metrics.jsonl field to plot (default val_acc = A|A)")
     cu.add_argument("--x", choices=["minutes", "step"], default="minutes", help="x axis")
+    for name, what in (
+        ("fewshot", "N-way K-shot in-context learning with synchronous labels (SRWM paper §4.1)"),
+        ("sequential", "delayed-label sequential multi-task in-context learning (SRWM paper §4.2)"),
+    ):
+        _add_icl_recipe(recipes, name, what)
     return p
+
+
+def _add_icl_recipe(recipes: argparse._SubParsersAction, name: str, what: str) -> None:
+    rp = recipes.add_parser(name, help=what)
+    verbs = rp.add_subparsers(dest="verb", required=True)
+    tr = verbs.add_parser("train", help="meta-train a model (writes config, metrics, checkpoints)")
+    tr.add_argument("--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path")
+    tr.add_argument(
+        "--run-dir", type=Path, default=None, help=f"output folder (default runs/{name}-<preset>)"
+    )
+    tr.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    tr.add_argument("--eval", action="store_true", help="evaluate the best checkpoint after training")
+    tr.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.k_shot=5")
+    ev = verbs.add_parser("eval", help="evaluate a run folder (results.json, report.md, plots/)")
+    ev.add_argument("run_dir", type=Path)
+    ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    ev.add_argument("--out", type=Path, default=None, help="write results/report here (default: RUN_DIR)")
+    ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.episodes=200")
+    co = verbs.add_parser("compare", help="train + evaluate one run per sequence layer; one table + plot")
+    co.add_argument(
+        "--models", required=True, help="comma-separated sequence layers, e.g. srwm,deltanet,lstm"
+    )
+    co.add_argument("--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path")
+    co.add_argument("--run-root", type=Path, default=None, help=f"default runs/{name}-compare-<preset>")
+    co.add_argument("overrides", nargs="*", help="key=value overrides applied to every model's run")
+
+
+def _run_icl(args: argparse.Namespace) -> None:
+    from fastweights.config import load_config, preset_path
+    from fastweights.recipes import compare as cmp
+    from fastweights.recipes.common import command_line
+    from fastweights.recipes.compare import _recipe
+
+    module, cfg_cls = _recipe(args.recipe)
+    if args.verb == "train":
+        path = preset_path(args.recipe, args.preset)
+        cfg = load_config(cfg_cls, path, args.overrides)
+        run_dir = args.run_dir or Path("runs") / f"{args.recipe}-{path.stem}"
+        summary = module.train(cfg, run_dir, resume=args.resume, command=command_line())
+        print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
+        if args.eval:
+            module.evaluate(run_dir, command=command_line())
+            print(f"report: {run_dir / 'report.md'}")
+    elif args.verb == "eval":
+        out = args.out or args.run_dir
+        module.evaluate(
+            args.run_dir, which=args.checkpoint, overrides=args.overrides, command=command_line(), out_dir=out
+        )
+        print(f"report: {out / 'report.md'}")
+    else:
+        path = preset_path(args.recipe, args.preset)
+        root = args.run_root or Path("runs") / f"{args.recipe}-compare-{path.stem}"
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        res = cmp.compare(args.recipe, path, models, root, args.overrides, command=command_line())
+        print(res["markdown"])
+        print(f"comparison: {root / 'comparison.md'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,36 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from fastweights.config import load_config, preset_path
-    from fastweights.recipes import acl
-    from fastweights.recipes.acl_config import ACLConfig
+    if args.recipe != "acl":
+        return _guarded(lambda: _run_icl(args))
+    return _guarded(lambda: _run_acl(args))
 
+
+def _guarded(fn: Callable[[], None]) -> int:
     try:
-        if args.verb == "train":
-            path = preset_path("acl", args.preset)
-            cfg = load_config(ACLConfig, path, args.overrides)
-            run_dir = args.run_dir or Path("runs") / f"acl-{path.stem}"
-            summary = acl.train(cfg, run_dir, resume=args.resume, command=acl.command_line())
-            print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
-            if args.eval:
-                acl.evaluate(run_dir, command=acl.command_line())
-                print(f"report: {run_dir / 'report.md'}")
-        elif args.verb == "curves":
-            labels = args.labels.split(",") if args.labels else None
-            print(acl.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))
-        elif args.verb == "export":
-            path = acl.export(args.run_dir, args.out_dir, which=args.checkpoint)
-            print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB)")
-        else:
-            out = args.out or args.run_dir
-            acl.evaluate(
-                args.run_dir,
-                which=args.checkpoint,
-                overrides=args.overrides,
-                command=acl.command_line(),
-                out_dir=out,
-            )
-            print(f"report: {out / 'report.md'}")
+        fn()
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"fastweights: error: {err}", file=sys.stderr)
         return 2
@@ -89,6 +129,39 @@ def main(argv: list[str] | None = None) -> int:
         print("fastweights: interrupted; the latest checkpoint was saved (use --resume)", file=sys.stderr)
         return 130
     return 0
+
+
+def _run_acl(args: argparse.Namespace) -> None:
+    from fastweights.config import load_config, preset_path
+    from fastweights.recipes import acl
+    from fastweights.recipes.acl_config import ACLConfig
+    from fastweights.recipes.common import command_line
+
+    if args.verb == "train":
+        path = preset_path("acl", args.preset)
+        cfg = load_config(ACLConfig, path, args.overrides)
+        run_dir = args.run_dir or Path("runs") / f"acl-{path.stem}"
+        summary = acl.train(cfg, run_dir, resume=args.resume, command=command_line())
+        print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
+        if args.eval:
+            acl.evaluate(run_dir, command=command_line())
+            print(f"report: {run_dir / 'report.md'}")
+    elif args.verb == "curves":
+        labels = args.labels.split(",") if args.labels else None
+        print(acl.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))
+    elif args.verb == "export":
+        path = acl.export(args.run_dir, args.out_dir, which=args.checkpoint)
+        print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    else:
+        out = args.out or args.run_dir
+        acl.evaluate(
+            args.run_dir,
+            which=args.checkpoint,
+            overrides=args.overrides,
+            command=command_line(),
+            out_dir=out,
+        )
+        print(f"report: {out / 'report.md'}")
 
 
 if __name__ == "__main__":

@@ -109,3 +109,41 @@ def test_synthetic_feature_tasks_shapes_labels_and_reproducibility():
     assert same < diff
     c = synthetic_feature_tasks(torch.Generator().manual_seed(1), **kw)
     assert not torch.equal(c[0].support_features, a[0].support_features)
+
+
+def test_to_model_images_per_channel():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (2, 5, 3, 4, 4), dtype=np.uint8)
+    mean, std = (0.1, 0.5, 0.9), (0.2, 0.25, 0.5)
+    t = to_model_images(x, mean, std, "cpu", torch.float64, channels=3)
+    assert t.shape == (2, 5, 3, 4, 4) and t.dtype == torch.float64
+    for c in range(3):
+        expected = (x[:, :, c] / 255.0 - mean[c]) / std[c]
+        np.testing.assert_allclose(t[:, :, c].numpy(), expected, rtol=1e-12)
+    same = to_model_images(x, 0.5, 0.25, "cpu", channels=3)  # one value for every channel
+    np.testing.assert_allclose(same.numpy(), (x / 255.0 - 0.5) / 0.25, rtol=1e-5, atol=1e-6)
+    gray = to_model_images(x[:, :, 0], 0.5, 0.25, "cpu")
+    assert gray.shape == (2, 5, 1, 4, 4)
+    with pytest.raises(ValueError, match="channels=3"):
+        to_model_images(x[:, :, :2], mean, std, "cpu", channels=3)
+    with pytest.raises(ValueError, match="mean: expected 1 or 3 values"):
+        to_model_images(x, (0.1, 0.2), std, "cpu", channels=3)
+    with pytest.raises(ValueError, match="channels"):
+        to_model_images(x, mean, std, "cpu", channels=2)
+
+
+def test_embed_tasks_rgb():
+    model = InContextClassifier(Conv4(3, 8, image_size=16), 5, d_model=16, num_layers=1, num_heads=2, d_ff=32)
+    rng = np.random.default_rng(0)
+    batch = EpisodeBatch(
+        rng.integers(0, 256, (2, 4, 3, 16, 16), dtype=np.uint8),
+        np.zeros((2, 4), np.int64),
+        rng.integers(0, 256, (2, 2, 3, 16, 16), dtype=np.uint8),
+        np.zeros((2, 2), np.int64),
+    )
+    (task,) = embed_tasks(model, [batch], (0.4, 0.5, 0.6), (0.2, 0.3, 0.4), "cpu", channels=3)
+    expected = model.embed(
+        to_model_images(batch.query_images, (0.4, 0.5, 0.6), (0.2, 0.3, 0.4), "cpu", channels=3)
+    )
+    torch.testing.assert_close(task.query_features, expected)
+    assert task.support_features.shape[:2] == (2, 4)

@@ -169,3 +169,24 @@ def test_bad_rng_and_pool():
         EpisodeSampler(make_pool()).sample(0, batch_size=1, num_tasks=1, n_way=2, k_shot=1, n_query=1)
     with pytest.raises(ValueError, match="pool"):
         EpisodeSampler(np.zeros((2, 2, 4, 4), np.uint8))
+
+
+def test_rgb_pool_episodes_rotate_the_pixel_axes():
+    gray = make_pool()
+    rgb_images = np.stack([gray.images, 255 - gray.images, gray.images // 2], axis=2)  # [C, M, 3, S, S]
+    pool = ClassPool("rgb", rgb_images, gray.class_names, gray.alphabets, (0.1, 0.2, 0.3), (0.2, 0.2, 0.2))
+    eps = EpisodeSampler(pool, rotations=True).sample(
+        np.random.default_rng(0), batch_size=8, num_tasks=2, n_way=3, k_shot=2, n_query=3, first_shot=True
+    )
+    ref = EpisodeSampler(gray, rotations=True).sample(
+        np.random.default_rng(0), batch_size=8, num_tasks=2, n_way=3, k_shot=2, n_query=3, first_shot=True
+    )
+    for e, g in zip(eps, ref, strict=True):
+        assert e.support_images.shape == (8, 6, 3, S, S) and e.query_images.shape == (8, 9, 3, S, S)
+        assert e.first_shot_images.shape == (8, 3, 3, S, S) and e.support_images.dtype == np.uint8
+        # the same draws as for the gray pool, and every channel rotated alike
+        np.testing.assert_array_equal(e.support_images[:, :, 0], g.support_images)
+        np.testing.assert_array_equal(e.query_images[:, :, 1], 255 - g.query_images)
+        np.testing.assert_array_equal(e.first_shot_images[:, :, 2], g.first_shot_images // 2)
+        np.testing.assert_array_equal(e.support_labels, g.support_labels)
+    assert set(decode(ref[0].support_images)[2].ravel().tolist()) > {0}  # rotations did occur

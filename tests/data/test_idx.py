@@ -109,3 +109,17 @@ def test_real_fashion_mnist():
     assert ds.train.images.shape == (60000, 32, 32) and ds.test.images.shape == (10000, 32, 32)
     np.testing.assert_array_equal(np.bincount(ds.test.labels), [1000] * 10)
     assert ds.mean == pytest.approx(0.286, abs=0.01)
+
+
+@pytest.mark.parametrize("sub", ["raw", "MNIST/raw"])
+def test_torchvision_raw_layout(tmp_path, sub):
+    tr, _ = _fake_dataset(tmp_path / sub, gz=False)
+    ds = load_idx_dataset(tmp_path, name="MNIST", image_size=28, torchvision_name="MNIST")
+    np.testing.assert_array_equal(ds.train.images, tr)
+    with pytest.raises(FileNotFoundError) as err:  # without the name, <root>/MNIST/raw is not searched
+        load_idx_dataset(tmp_path / "elsewhere", name="MNIST", torchvision_name="FashionMNIST")
+    msg = str(err.value)
+    assert (
+        str(tmp_path / "elsewhere" / "FashionMNIST" / "raw") in msg
+        and str(tmp_path / "elsewhere" / "raw") in msg
+    )

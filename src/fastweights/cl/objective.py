@@ -9,6 +9,7 @@ queries of one state are evaluated as one batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,28 +47,57 @@ class TaskTensors:
 
 def to_model_images(
     images: np.ndarray,
-    mean: float,
-    std: float,
+    mean: float | Sequence[float],
+    std: float | Sequence[float],
     device: torch.device | str,
     dtype: torch.dtype = torch.float32,
+    *,
+    channels: int = 1,
 ) -> Tensor:
-    """uint8 ``[..., S, S]`` → normalised ``[..., 1, S, S]`` (``dtype``, default float32) on ``device``."""
+    """uint8 images → normalised ``[..., channels, S, S]`` (``dtype``, default float32) on ``device``.
+
+    ``channels=1``: grayscale ``[..., S, S]`` gets a channel axis; ``channels=3``: RGB
+    ``[..., 3, S, S]`` (channels first) is kept. Output ``(images / 255 - mean) / std`` with ``mean``
+    and ``std`` floats or one value per channel (a pool's / data set's ``mean``, ``std``).
+
+    Raises:
+        ValueError: if ``channels`` is not 1 or 3, RGB images lack the channel axis -3 of size 3, or
+            ``mean``/``std`` have a number of values other than 1 or ``channels``.
+    """
+    if channels not in (1, 3):
+        raise ValueError(f"channels: expected 1 or 3, given {channels!r}")
+    if channels == 3 and (images.ndim < 3 or images.shape[-3] != 3):
+        raise ValueError(
+            f"images: expected RGB images [..., 3, S, S] for channels=3, given shape {images.shape}"
+        )
+    stats: list[float | Tensor] = []
+    for name, value in (("mean", mean), ("std", std)):
+        v = np.asarray(value, dtype=np.float64).reshape(-1)
+        if v.size not in (1, channels):
+            raise ValueError(f"{name}: expected 1 or {channels} values, given {v.size}")
+        # one value: a Python scalar (computed at the op's precision); per channel: a [C, 1, 1] tensor
+        stats.append(float(v[0]) if v.size == 1 else torch.from_numpy(v).to(device, dtype).reshape(-1, 1, 1))
     t = torch.from_numpy(np.ascontiguousarray(images)).to(device=device, dtype=dtype)
-    return ((t / 255.0 - mean) / std).unsqueeze(-3)
+    if channels == 1:
+        t = t.unsqueeze(-3)
+    return (t / 255.0 - stats[0]) / stats[1]
 
 
 def embed_tasks(
     model: InContextClassifier,
     batches: list[EpisodeBatch],
-    mean: float,
-    std: float,
+    mean: float | Sequence[float],
+    std: float | Sequence[float],
     device: torch.device | str,
+    *,
+    channels: int = 1,
 ) -> list[TaskTensors]:
     """Run the backbone once over every image of a list of task batches and split the features.
 
     Args:
         batches: one :class:`EpisodeBatch` per task position (same batch size ``B``).
-        mean, std: pixel normalisation of the source (``images/255``).
+        mean, std: pixel normalisation of the source (``images/255``; floats or one per channel).
+        channels: 1 for grayscale, 3 for RGB episode images (the pool's ``channels``).
 
     Returns:
         One :class:`TaskTensors` per task, features ``[B, *, F]`` float32.
@@ -79,7 +109,8 @@ def embed_tasks(
                 parts.append(arr)
                 sizes.append(arr.shape[1])
     dtype = next(model.parameters()).dtype
-    features = model.embed(to_model_images(np.concatenate(parts, axis=1), mean, std, device, dtype))
+    images = to_model_images(np.concatenate(parts, axis=1), mean, std, device, dtype, channels=channels)
+    features = model.embed(images)
     chunks = iter(torch.split(features, sizes, dim=1))
 
     def labels(a: np.ndarray) -> Tensor:

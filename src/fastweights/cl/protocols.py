@@ -65,7 +65,7 @@ def evaluate_task_pairs(
     while done < episodes:
         b = min(batch_size, episodes - done)
         batches = sampler.sample(rng, batch_size=b, num_tasks=2, n_way=n_way, k_shot=k_shot, n_query=n_query)
-        a, bb = embed_tasks(model, batches, mean, std, device)
+        a, bb = embed_tasks(model, batches, mean, std, device, channels=sampler.pool.channels)
         orders = [((a, bb), ("A|A", "B|A->B", "A|A->B"))]
         if reverse:
             orders.append(((bb, a), ("B|B", "A|B->A", "B|B->A")))
@@ -92,12 +92,12 @@ def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, flo
 
 @torch.no_grad()
 def _features(
-    model: InContextClassifier, images: np.ndarray, mean: float, std: float, device, batch: int = 1000
+    model: InContextClassifier, images: np.ndarray, dataset: SplitDataset, device, batch: int = 1000
 ):
     dtype = next(model.parameters()).dtype
+    norm = dict(mean=dataset.mean, std=dataset.std, device=device, dtype=dtype, channels=dataset.channels)
     chunks = [
-        model.embed(to_model_images(images[i : i + batch], mean, std, device, dtype))
-        for i in range(0, len(images), batch)
+        model.embed(to_model_images(images[i : i + batch], **norm)) for i in range(0, len(images), batch)
     ]
     return torch.cat(chunks, dim=0)
 
@@ -147,10 +147,8 @@ def evaluate_split_benchmark(
         tasks = split_benchmark(dataset, k_shot=k_shot, run=r, scenario=scenario, class_groups=groups)
         names = [t.name for t in tasks]
         if query_feats is None:  # the queries are the same test images in every run
-            query_feats = [_features(model, t.query_images, dataset.mean, dataset.std, device) for t in tasks]
-        support = _features(
-            model, np.concatenate([t.support_images for t in tasks]), dataset.mean, dataset.std, device
-        )
+            query_feats = [_features(model, t.query_images, dataset, device) for t in tasks]
+        support = _features(model, np.concatenate([t.support_images for t in tasks]), dataset, device)
         support = torch.split(support, [len(t.support_images) for t in tasks])
         R = np.zeros((len(tasks), len(tasks)))
         state = None

@@ -20,12 +20,13 @@ __all__ = ["EpisodeBatch", "EpisodeSampler"]
 
 @dataclass
 class EpisodeBatch:
-    """B independent few-shot tasks (uint8 images, white ink on black; labels int64).
+    """B independent few-shot tasks (uint8 images as in the pool; labels int64).
 
     ``support_images [B, N*K, S, S]`` / ``support_labels [B, N*K]``: classes interleaved at random;
     ``query_images [B, N*Q, S, S]`` / ``query_labels [B, N*Q]``: shuffled;
     ``first_shot_images [B, N, S, S]`` / ``first_shot_labels [B, N]``: one extra example per class,
     disjoint from support and query, shuffled (None unless requested).
+    Images of an RGB pool have a channel axis before the pixels: ``[B, N*K, 3, S, S]`` etc.
     """
 
     support_images: np.ndarray
@@ -61,8 +62,9 @@ class EpisodeSampler:
     """Sample batches of task sequences from ``pool`` (see :meth:`sample`).
 
     ``rotations=True`` makes the 0/90/180/270° rotations of every class 4 distinct classes
-    (``4 * C`` classes; rotated at sampling time with ``np.rot90``, counter-clockwise; no copy of
-    the pool), as the Omniglot class augmentation of spec ``srwm_acl.md`` §6.1.
+    (``4 * C`` classes; rotated at sampling time with ``np.rot90`` on the two pixel axes,
+    counter-clockwise; no copy of the pool), as the Omniglot class augmentation of spec
+    ``srwm_acl.md`` §6.1. Works for grayscale ``[C, M, S, S]`` and RGB ``[C, M, 3, S, S]`` pools.
     """
 
     def __init__(self, pool: ClassPool, *, rotations: bool = False) -> None:
@@ -101,7 +103,8 @@ class EpisodeSampler:
         """Draw ``batch_size`` sequences of ``num_tasks`` N-way K-shot tasks; one batch per task position.
 
         Returns a list of ``num_tasks`` :class:`EpisodeBatch` with support ``[B, N*K, S, S]``,
-        query ``[B, N*Q, S, S]`` and, if ``first_shot``, first-shot ``[B, N, S, S]`` images.
+        query ``[B, N*Q, S, S]`` and, if ``first_shot``, first-shot ``[B, N, S, S]`` images
+        (``[B, *, 3, S, S]`` for an RGB pool).
         Within each of the B sequences the ``num_tasks * n_way`` classes are distinct. Each task
         maps its N classes to ``rng.permutation(label_space or n_way)[:n_way]`` (so a 2-way task
         can use labels from 0..4 of a 5-way head); support, query and first-shot examples of a

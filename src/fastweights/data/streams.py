@@ -21,6 +21,7 @@ class Task:
 
     ``support_images [N*K, S, S]`` / ``support_labels [N*K]``: demonstrations, shot-major
     (``a, b, a, b, ...``); ``query_images [Q, S, S]`` / ``query_labels [Q]``: the evaluation images.
+    Images of an RGB dataset have a channel axis before the pixels (``[N*K, 3, S, S]``, ``[Q, 3, S, S]``).
     """
 
     name: str

@@ -11,8 +11,6 @@ validation on the meta-validation scripts, atomic best/latest checkpoints, resum
 from __future__ import annotations
 
 import logging
-import shlex
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,9 +28,9 @@ from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
 from fastweights.data.sources.glyphs import load_font_glyphs
 from fastweights.data.sources.idx import load_idx_dataset
-from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
+from fastweights.recipes.common import build_classifier, resolve_device
 from fastweights.recipes.report import plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
@@ -52,34 +50,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def build_model(cfg: ACLConfig) -> InContextClassifier:
     """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), spec §2."""
-    m = cfg.model
-    backbone = Conv4(
-        1,
-        m.channels,
-        image_size=cfg.data.image_size,
-        norm=m.norm,
-        dropout=m.vision_dropout,
-        pool_before_norm=m.pool_before_norm,
-    )
-    return InContextClassifier(
-        backbone,
-        m.num_classes,
-        d_model=m.d_model,
-        num_layers=m.num_layers,
-        num_heads=m.num_heads,
-        d_ff=m.ff_factor * m.d_model,
-        dropout=m.dropout,
-        sequence_layer=m.sequence_layer,
-    )
+    return build_classifier(cfg.model, image_size=cfg.data.image_size)
 
 
 def load_glyph_pools(d: DataConfig) -> dict[str, ClassPool]:
@@ -395,8 +368,3 @@ def compare_curves(
     ylabel = "meta-validation accuracy A|A" if key == "val_acc" else key
     xlabel = "training wall-clock minutes" if x == "minutes" else "training step"
     return plot_learning_curves(curves, out, xlabel=xlabel, ylabel=ylabel, title=f"{ylabel} vs {xlabel}")
-
-
-def command_line() -> str:
-    """The command that started this process (recorded in run folders)."""
-    return "fastweights " + " ".join(shlex.quote(a) for a in sys.argv[1:])

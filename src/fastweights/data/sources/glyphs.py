@@ -14,16 +14,16 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import unicodedata
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._cache import atomic_write, default_cache_dir
 from ._fonts import discover_fonts, font_fingerprint
 from ._glyph_build import SPLITS, GlyphConfig, build_glyphs
 from .base import ClassPool
@@ -32,12 +32,6 @@ __all__ = ["load_font_glyphs", "font_glyphs_info", "default_cache_dir", "SPLITS"
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 1  # bump whenever rendering or filtering changes: it is part of the cache key
-
-
-def default_cache_dir() -> Path:
-    """``$FASTWEIGHTS_CACHE`` if set, else ``~/.cache/fastweights``."""
-    env = os.environ.get("FASTWEIGHTS_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "fastweights"
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
@@ -77,19 +71,6 @@ def _pools(arrays: Any) -> dict[str, ClassPool]:
             std=std,
         )
     return pools
-
-
-def _atomic_write(path: Path, write: Callable[[Any], None], mode: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _resolve(
@@ -150,8 +131,8 @@ def _load_or_build(
     arrays, info = build_glyphs(cfg, fonts, workers, progress)
     info = {"config": asdict(cfg), **info}
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path.with_suffix(".json"), lambda f: json.dump(info, f, indent=1), "w")
-    _atomic_write(path, lambda f: np.savez(f, **arrays), "wb")
+    atomic_write(path.with_suffix(".json"), lambda f: json.dump(info, f, indent=1), "w")
+    atomic_write(path, lambda f: np.savez(f, **arrays), "wb")
     log.info("FontGlyphs built in %.1f s -> %s", info["build_seconds"], path)
     return _pools(arrays)
 

@@ -66,34 +66,46 @@ def _find(folder: Path, stem: str) -> Path | None:
     return None
 
 
+def _locate(folder: Path, torchvision_name: str | None) -> tuple[dict[str, Path | None], list[Path]]:
+    """The IDX files of the first candidate folder holding all four, else of ``folder``; the candidates."""
+    candidates = [folder, folder / "raw"] + ([folder / torchvision_name / "raw"] if torchvision_name else [])
+    for cand in candidates:
+        paths = {key: _find(cand, stem) for key, stem in IDX_FILES.items()}
+        if all(p is not None for p in paths.values()):
+            return paths, candidates
+    return {key: _find(folder, stem) for key, stem in IDX_FILES.items()}, candidates
+
+
 def load_idx_dataset(
     folder: str | os.PathLike = "/usr/share/datasets/fashion-mnist",
     *,
     name: str = "Fashion-MNIST",
     image_size: int = 32,
+    torchvision_name: str | None = None,
 ) -> SplitDataset:
     """A train/test :class:`SplitDataset` from the four standard IDX files in ``folder``.
 
     Expects ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte`` and
-    ``t10k-labels-idx1-ubyte`` (each raw or ``.gz``). Images (uint8 ``[N, 28, 28]`` for MNIST-like
-    sets, white on black) are resized bilinearly to ``image_size`` (as torchvision's ``Resize(32)``
-    in spec ``srwm_acl.md`` §5.4/§5.5); labels become int64; ``num_classes = max label + 1``;
-    ``mean``/``std`` are the train pixel statistics of the resized images. The default is Debian's
-    ``dataset-fashion-mnist`` package (Split-FashionMNIST meta-test set,
-    ``shared/notes/acl_cpu_calibration.md`` §1).
-    Raises ``FileNotFoundError`` listing the expected files and folder, ``ValueError`` on malformed
-    files (see :func:`read_idx`), mismatched image/label counts or a bad ``image_size``.
+    ``t10k-labels-idx1-ubyte`` (each raw or ``.gz``) in ``folder``, ``folder/raw`` or, with
+    ``torchvision_name`` (e.g. ``"MNIST"``, ``"FashionMNIST"``), torchvision's
+    ``folder/<torchvision_name>/raw``; the first folder holding all four is used. Images (uint8
+    ``[N, 28, 28]`` for MNIST-like sets, white on black) are resized bilinearly to ``image_size`` (as
+    torchvision's ``Resize(32)`` in spec ``srwm_acl.md`` §5.4/§5.5); labels become int64;
+    ``num_classes = max label + 1``; ``mean``/``std`` are the train pixel statistics of the resized
+    images. The default is Debian's ``dataset-fashion-mnist`` package (Split-FashionMNIST meta-test
+    set, ``shared/notes/acl_cpu_calibration.md`` §1).
+    Raises ``FileNotFoundError`` listing the expected files and the folders searched, ``ValueError`` on
+    malformed files (see :func:`read_idx`), mismatched image/label counts or a bad ``image_size``.
     """
     if isinstance(image_size, bool) or not isinstance(image_size, int) or not 4 <= image_size <= 512:
         raise ValueError(f"image_size: expected an int in [4, 512], given {image_size!r}")
-    folder = Path(folder)
-    paths = {key: _find(folder, stem) for key, stem in IDX_FILES.items()}
+    paths, searched = _locate(Path(folder), torchvision_name)
     missing = [IDX_FILES[k] for k, p in paths.items() if p is None]
     if missing:
         raise FileNotFoundError(
-            f"{name}: expected the IDX files {', '.join(IDX_FILES.values())} (raw or .gz) in {folder}, "
-            f"missing {', '.join(missing)}; for Fashion-MNIST run `apt-get install dataset-fashion-mnist` "
-            "(files in /usr/share/datasets/fashion-mnist)"
+            f"{name}: expected the IDX files {', '.join(IDX_FILES.values())} (raw or .gz) in one of "
+            f"{', '.join(map(str, searched))}, missing {', '.join(missing)} in {folder}; for Fashion-MNIST "
+            "run `apt-get install dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist)"
         )
     splits = {}
     for split in ("train", "test"):

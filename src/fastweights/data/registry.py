@@ -1,0 +1,126 @@
+"""Select a data source by its config name: few-shot class pools and train/test split datasets.
+
+Real benchmarks are read from local folders only (never downloaded). ``root=None`` means
+``$FASTWEIGHTS_DATA``; the embedded sources (FontGlyphs, scikit-learn digits) need no folder, and
+Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .sources.base import ClassPool, SplitDataset
+from .sources.cifar import load_cifar10, load_cifar100_pools
+from .sources.digits import load_digits_split
+from .sources.glyphs import load_font_glyphs
+from .sources.idx import load_idx_dataset
+from .sources.miniimagenet import load_mini_imagenet
+from .sources.omniglot import load_omniglot
+
+__all__ = ["CLASS_POOLS", "SPLIT_DATASETS", "load_class_pools", "load_split_dataset", "data_root"]
+
+FASHION_MNIST_DEBIAN = "/usr/share/datasets/fashion-mnist"
+
+
+def _fontglyphs(root: Path | None, size: int, **kw: Any) -> dict[str, ClassPool]:
+    return load_font_glyphs(image_size=size, **kw)
+
+
+def _fc100(root: Path, size: int, **kw: Any) -> dict[str, ClassPool]:
+    return load_cifar100_pools(root, "fc100", image_size=size, **kw)
+
+
+def _cifar_fs(root: Path, size: int, **kw: Any) -> dict[str, ClassPool]:
+    return load_cifar100_pools(root, "cifar_fs", image_size=size, **kw)
+
+
+def _digits(root: Path | None, size: int, **kw: Any) -> SplitDataset:
+    return load_digits_split(image_size=size, **kw)
+
+
+def _fashion_mnist(root: Path | None, size: int, **kw: Any) -> SplitDataset:
+    folder = root if root is not None else Path(FASHION_MNIST_DEBIAN)
+    return load_idx_dataset(
+        folder, name="Fashion-MNIST", image_size=size, torchvision_name="FashionMNIST", **kw
+    )
+
+
+def _mnist(root: Path, size: int, **kw: Any) -> SplitDataset:
+    return load_idx_dataset(root, name="MNIST", image_size=size, torchvision_name="MNIST", **kw)
+
+
+def _sized(loader: Callable[..., Any]) -> Callable[..., Any]:
+    def call(root: Path, size: int, **kw: Any) -> Any:
+        return loader(root, image_size=size, **kw)
+
+    return call
+
+
+# name -> (default image size, needs a root folder, loader(root, image_size, **options))
+_POOLS: dict[str, tuple[int, bool, Callable[..., dict[str, ClassPool]]]] = {
+    "fontglyphs": (32, False, _fontglyphs),
+    "omniglot": (28, True, _sized(load_omniglot)),
+    "mini_imagenet": (84, True, _sized(load_mini_imagenet)),
+    "fc100": (32, True, _fc100),
+    "cifar_fs": (32, True, _cifar_fs),
+}
+_DATASETS: dict[str, tuple[int, bool, Callable[..., SplitDataset]]] = {
+    "digits": (32, False, _digits),
+    "fashion_mnist": (32, False, _fashion_mnist),
+    "mnist": (32, True, _mnist),
+    "cifar10": (32, True, _sized(load_cifar10)),
+}
+CLASS_POOLS = tuple(_POOLS)
+SPLIT_DATASETS = tuple(_DATASETS)
+
+
+def data_root(root: str | os.PathLike | None, name: str) -> Path:
+    """``root`` as a path, else ``$FASTWEIGHTS_DATA``; ``ValueError`` naming ``name`` if neither is set."""
+    if root is None:
+        root = os.environ.get("FASTWEIGHTS_DATA") or None
+    if root is None:
+        raise ValueError(
+            f"root: expected the local folder holding the {name!r} files (or $FASTWEIGHTS_DATA), given None"
+        )
+    return Path(root)
+
+
+def _load(table: dict, kind: str, name: str, root: Any, image_size: int | None, options: dict) -> Any:
+    if name not in table:
+        raise ValueError(f"name: expected one of {sorted(table)} ({kind}), given {name!r}")
+    default_size, needs_root, loader = table[name]
+    folder = data_root(root, name) if needs_root else (None if root is None else Path(root))
+    return loader(folder, default_size if image_size is None else image_size, **options)
+
+
+def load_class_pools(
+    name: str, root: str | os.PathLike | None = None, *, image_size: int | None = None, **options: Any
+) -> dict[str, ClassPool]:
+    """Few-shot pools ``{"train", "val", "test"} -> ClassPool`` of the source ``name``.
+
+    ``name`` (default image size, loader): ``"fontglyphs"`` (32, :func:`load_font_glyphs`; ``root``
+    ignored), ``"omniglot"`` (28, grayscale, :func:`load_omniglot`), ``"mini_imagenet"`` (84, RGB,
+    :func:`load_mini_imagenet`), ``"fc100"`` and ``"cifar_fs"`` (32, RGB, :func:`load_cifar100_pools`).
+    ``root`` (default ``$FASTWEIGHTS_DATA``) is the folder the loader documents; ``options`` are passed
+    to the loader (e.g. ``cache_dir``). Raises ``ValueError`` for an unknown name or a missing root,
+    and whatever the loader raises (``FileNotFoundError`` naming the expected layout, ``ValueError``).
+    """
+    return _load(_POOLS, "few-shot class pools", name, root, image_size, options)
+
+
+def load_split_dataset(
+    name: str, root: str | os.PathLike | None = None, *, image_size: int | None = None, **options: Any
+) -> SplitDataset:
+    """A train/test :class:`SplitDataset` of the source ``name`` (default image size 32 for all).
+
+    ``"digits"`` (scikit-learn, :func:`load_digits_split`; ``root`` ignored), ``"fashion_mnist"`` (IDX
+    files; ``root`` default Debian's ``/usr/share/datasets/fashion-mnist``; torchvision's
+    ``<root>/FashionMNIST/raw`` also accepted), ``"mnist"`` (IDX files in ``<root>``, ``<root>/raw`` or
+    ``<root>/MNIST/raw``), ``"cifar10"`` (RGB, ``<root>/cifar-10-batches-py``, :func:`load_cifar10`).
+    ``root`` defaults to ``$FASTWEIGHTS_DATA`` where a folder is needed. Raises ``ValueError`` for an
+    unknown name or a missing root, and whatever the loader raises.
+    """
+    return _load(_DATASETS, "split datasets", name, root, image_size, options)

@@ -1,0 +1,229 @@
+"""Few-shot recipe: N-way K-shot in-context learning with synchronous labels (SRWM paper §4.1).
+
+``train``: episodes from the meta-training classes of ``data.source`` (FontGlyphs by default, or a real
+benchmark from a local folder), one support sequence + independent queries per episode, Adam with
+warm-up, validation on the meta-validation classes, atomic best/latest checkpoints, resumable.
+``evaluate``: ``eval.runs × eval.episodes`` meta-test episodes with one query each → mean ± 95% CI,
+``results.json``, ``report.md`` and a learning-curve plot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from fastweights.cl.fewshot import evaluate_fewshot, fewshot_loss
+from fastweights.cl.objective import embed_tasks, synthetic_feature_tasks
+from fastweights.data.episodes import EpisodeSampler
+from fastweights.models.in_context import InContextClassifier
+from fastweights.recipes.common import (
+    build_classifier,
+    load_pools,
+    load_run,
+    loop_settings,
+    make_optimizer,
+    prepare_run,
+    resolve_device,
+    run_summary,
+)
+from fastweights.recipes.fewshot_config import FewShotConfig
+from fastweights.recipes.report import plot_learning_curves
+from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
+from fastweights.train.loop import fit, numpy_rng_state
+
+__all__ = ["train", "evaluate", "build_model", "write_fewshot_report"]
+
+log = logging.getLogger(__name__)
+
+
+def build_model(cfg: FewShotConfig) -> InContextClassifier:
+    """The in-context classifier of ``cfg.model`` for ``cfg.data``'s images."""
+    return build_classifier(cfg.model, image_size=cfg.data.image_size, in_channels=cfg.data.channels)
+
+
+def _check(cfg: FewShotConfig) -> None:
+    if cfg.train.n_way > cfg.model.num_classes:
+        raise ValueError(
+            f"train.n_way: expected <= model.num_classes={cfg.model.num_classes}, got {cfg.train.n_way}"
+        )
+
+
+def train(
+    cfg: FewShotConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+) -> dict[str, Any]:
+    """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
+
+    Stops at ``train.max_steps`` or ``train.max_minutes``; the best checkpoint maximises the
+    meta-validation accuracy. See :func:`fastweights.train.loop.fit` for resume and interruption.
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        ValueError: for ``n_way`` above the model's outputs or the pools' class counts.
+    """
+    run_dir = Path(run_dir)
+    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)
+    _check(cfg)
+    t = cfg.train
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    device = resolve_device(cfg.device)
+    torch.manual_seed(t.seed)
+    rng = np.random.default_rng(t.seed)
+    synth_gen = torch.Generator().manual_seed(t.seed)
+    pools = load_pools(cfg.data)
+    train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
+    val_sampler = EpisodeSampler(pools["val"])
+    model = build_model(cfg).to(device)
+    opt, sched = make_optimizer(model, t, cfg.model.d_model)
+    pool = train_sampler.pool
+
+    def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if step < t.synthetic_steps:
+            (task,) = synthetic_feature_tasks(
+                synth_gen,
+                batch_size=t.batch_size,
+                num_tasks=1,
+                n_way=t.n_way,
+                k_shot=t.k_shot,
+                n_query=t.n_query,
+                feature_dim=model.backbone.feature_dim,
+                label_space=t.n_way,
+                noise=t.synthetic_noise,
+                device=device,
+            )
+        else:
+            (batch,) = train_sampler.sample(
+                rng, batch_size=t.batch_size, num_tasks=1, n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query
+            )
+            (task,) = embed_tasks(model, [batch], pool.mean, pool.std, device, channels=pool.channels)
+        loss, acc = fewshot_loss(model, task)
+        return loss, {"train_acc": acc}
+
+    def validate() -> dict[str, float]:
+        res = evaluate_fewshot(
+            model,
+            val_sampler,
+            n_way=t.n_way,
+            k_shot=t.k_shot,
+            episodes=t.val_episodes,
+            runs=1,
+            batch_size=min(50, t.val_episodes),
+            seed=12345,
+            device=device,
+        )
+        return {"val_acc": res["accuracy"]}
+
+    return fit(
+        run_dir,
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        step_fn=step_fn,
+        validate_fn=validate,
+        settings=loop_settings(t),
+        objective="val_acc",
+        resume=resume,
+        extra_state={
+            "sampler_rng": numpy_rng_state(rng),
+            "synthetic_rng": (synth_gen.get_state, synth_gen.set_state),
+        },
+        metadata={"config": asdict(cfg)},
+        description=f"few-shot {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
+        map_location=device,
+    )
+
+
+def evaluate(
+    run_dir: Path,
+    *,
+    which: str = "best",
+    overrides: list[str] | None = None,
+    command: str | None = None,
+    out_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Evaluate the ``which`` checkpoint of ``run_dir`` on the meta-test classes; writes
+    ``results.json``, ``report.md`` and ``plots/learning_curve.png`` into ``out_dir`` (default ``run_dir``).
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+    """
+    run_dir = Path(run_dir)
+    cfg, state = load_run(run_dir, FewShotConfig, which, overrides)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    device = resolve_device(cfg.device)
+    model = build_model(cfg).to(device)
+    model.load_state_dict(state["model"])
+    t0 = time.monotonic()
+    sampler = EpisodeSampler(load_pools(cfg.data)["test"])
+    e, t = cfg.eval, cfg.train
+    with tqdm(total=e.runs * e.episodes, desc="meta-test episodes", unit="ep", dynamic_ncols=True) as bar:
+        res = evaluate_fewshot(
+            model,
+            sampler,
+            n_way=t.n_way,
+            k_shot=t.k_shot,
+            episodes=e.episodes,
+            runs=e.runs,
+            batch_size=e.batch_size,
+            seed=e.seed,
+            device=device,
+            progress=bar.update,
+        )
+    results = {
+        "run": {
+            **run_summary(cfg, run_dir, state, which, command),
+            "eval_minutes": (time.monotonic() - t0) / 60,
+        },
+        "fewshot": {"dataset": f"{cfg.data.source}/test", "n_way": t.n_way, "k_shot": t.k_shot, **res},
+    }
+    out_dir = Path(out_dir) if out_dir is not None else run_dir
+    write_fewshot_report(results, run_dir, out_dir)
+    return results
+
+
+def _curve(run_dir: Path, key: str) -> list[tuple[float, float]]:
+    path = run_dir / "metrics.jsonl"
+    return [(r["step"], r[key]) for r in read_jsonl(path) if key in r] if path.exists() else []
+
+
+def write_fewshot_report(results: dict[str, Any], run_dir: Path, out_dir: Path) -> Path:
+    """``results.json``, ``report.md`` and ``plots/learning_curve.png`` of one few-shot evaluation."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "results.json", results)
+    run, fs = results["run"], results["fewshot"]
+    lines = [
+        f"# Few-shot report: {run['preset']} ({run['sequence_layer']})",
+        "",
+        f"- trained: {run['steps']} steps, {run['train_minutes']:.1f} min (`{run['command']}`)",
+        f"- evaluated: {run['checkpoint']} checkpoint, {run['eval_minutes']:.2f} min",
+        "",
+        "| data | task | episodes | accuracy (%) | per run (%) |",
+        "|---|---|---|---|---|",
+        f"| {fs['dataset']} | {fs['n_way']}-way {fs['k_shot']}-shot | {fs['runs']} × {fs['episodes']} | "
+        f"{100 * fs['accuracy']:.2f} ± {100 * fs['ci95']:.2f} | "
+        + ", ".join(f"{100 * a:.2f}" for a in fs["run_accuracies"])
+        + " |",
+        "",
+        "± is the 95% CI 1.96·std/√n over all episodes (one query each).",
+    ]
+    curve = _curve(run_dir, "val_acc")
+    if curve:
+        png = plot_learning_curves(
+            {run["sequence_layer"]: curve},
+            out_dir / "plots" / "learning_curve.png",
+            xlabel="training step",
+            ylabel="meta-validation accuracy",
+            title="few-shot meta-validation accuracy",
+        )
+        lines += ["", f"![learning curve]({png.relative_to(out_dir)})"]
+    path = out_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path

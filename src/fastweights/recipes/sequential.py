@@ -1,0 +1,292 @@
+"""Sequential multi-task recipe: delayed-label in-context learning of two tasks from two domains in one
+stream (SRWM paper §4.2; spec ``srwm_acl.md`` §3.3, §5.2).
+
+``train``: per step, one N-way K-shot task from each domain's meta-training pool, each trimmed at the
+end by a random ``0..max_trim`` demonstrations, concatenated in random order (per batch), delayed
+labels, cross-entropy at every position. ``evaluate``: untrimmed streams in both orders (A→B and
+B→A) on the meta-test pools: overall / per-task accuracy, accuracy by the k-th occurrence of a class
+and by position → ``results.json``, ``report.md``, ``plots/``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from fastweights.cl.objective import synthetic_feature_tasks
+from fastweights.cl.sequential import (
+    OCCURRENCES,
+    delayed_label_stream,
+    evaluate_sequential,
+    sample_task_features,
+    sequential_loss,
+)
+from fastweights.data.episodes import EpisodeSampler
+from fastweights.models.in_context import InContextClassifier
+from fastweights.recipes.common import (
+    build_classifier,
+    load_pools,
+    load_run,
+    loop_settings,
+    make_optimizer,
+    prepare_run,
+    resolve_device,
+    run_summary,
+)
+from fastweights.recipes.fewshot_config import SequentialConfig
+from fastweights.train.io import atomic_write_json, atomic_write_text
+from fastweights.train.loop import fit, numpy_rng_state
+
+__all__ = ["train", "evaluate", "build_model", "plot_occurrence_curves", "write_sequential_report"]
+
+
+def build_model(cfg: SequentialConfig) -> InContextClassifier:
+    """The in-context classifier of ``cfg.model`` (both domains share image size and channels)."""
+    a, b = cfg.domain_a, cfg.domain_b
+    if (a.image_size, a.channels) != (b.image_size, b.channels):
+        raise ValueError(
+            f"domain_b: expected image_size/channels {a.image_size}/{a.channels} like domain_a, "
+            f"got {b.image_size}/{b.channels}"
+        )
+    return build_classifier(cfg.model, image_size=a.image_size, in_channels=a.channels)
+
+
+def _check(cfg: SequentialConfig) -> None:
+    t = cfg.train
+    if t.n_way > cfg.model.num_classes:
+        raise ValueError(f"train.n_way: expected <= model.num_classes={cfg.model.num_classes}, got {t.n_way}")
+    if not 0 <= t.max_trim < t.n_way * t.k_shot:
+        raise ValueError(f"train.max_trim: expected 0..{t.n_way * t.k_shot - 1}, got {t.max_trim}")
+
+
+def train(
+    cfg: SequentialConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+) -> dict[str, Any]:
+    """Meta-train ``cfg`` into ``run_dir``; the best checkpoint maximises the overall validation
+    accuracy of untrimmed A→B streams. Resume/interruption as in :func:`fastweights.train.loop.fit`.
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        ValueError: for a bad ``n_way``/``max_trim`` or domains with different image formats.
+    """
+    run_dir = Path(run_dir)
+    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)
+    _check(cfg)
+    t = cfg.train
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    device = resolve_device(cfg.device)
+    torch.manual_seed(t.seed)
+    rng = np.random.default_rng(t.seed)
+    synth_gen = torch.Generator().manual_seed(t.seed)
+    model = build_model(cfg).to(device)
+    pools = {id(d): load_pools(d) for d in _domains(cfg)}
+    train_samplers = [EpisodeSampler(pools[id(d)]["train"], rotations=d.rotations) for d in _domains(cfg)]
+    val_samplers = [EpisodeSampler(pools[id(d)]["val"]) for d in _domains(cfg)]
+    opt, sched = make_optimizer(model, t, cfg.model.d_model)
+    full = t.n_way * t.k_shot
+
+    def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if step < t.synthetic_steps:
+            tasks = synthetic_feature_tasks(
+                synth_gen,
+                batch_size=t.batch_size,
+                num_tasks=2,
+                n_way=t.n_way,
+                k_shot=t.k_shot,
+                n_query=0,
+                feature_dim=model.backbone.feature_dim,
+                label_space=t.n_way,
+                noise=t.synthetic_noise,
+                device=device,
+            )
+        else:
+            tasks = sample_task_features(
+                model,
+                train_samplers,
+                rng,
+                batch_size=t.batch_size,
+                n_way=t.n_way,
+                k_shot=t.k_shot,
+                device=device,
+            )
+        if rng.random() < 0.5:
+            tasks = tasks[::-1]
+        lengths = [full - int(rng.integers(0, t.max_trim + 1)) for _ in tasks]
+        stream = delayed_label_stream(tasks, lengths=lengths, unknown_label=model.unknown_label)
+        loss, logits = sequential_loss(model, stream)
+        return loss, {"train_acc": (logits.argmax(-1) == stream.targets).float().mean().item()}
+
+    def validate() -> dict[str, float]:
+        res = evaluate_sequential(
+            model,
+            val_samplers,
+            n_way=t.n_way,
+            k_shot=t.k_shot,
+            episodes=t.val_episodes,
+            batch_size=min(50, t.val_episodes),
+            seed=12345,
+            device=device,
+        )
+        return {"val_acc": res["accuracy"], "val_task1": res["per_task"][0], "val_task2": res["per_task"][1]}
+
+    return fit(
+        run_dir,
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        step_fn=step_fn,
+        validate_fn=validate,
+        settings=loop_settings(t),
+        objective="val_acc",
+        resume=resume,
+        extra_state={
+            "sampler_rng": numpy_rng_state(rng),
+            "synthetic_rng": (synth_gen.get_state, synth_gen.set_state),
+        },
+        metadata={"config": asdict(cfg)},
+        description=f"sequential {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
+        map_location=device,
+    )
+
+
+def _domains(cfg: SequentialConfig) -> list[Any]:
+    return [cfg.domain_a, cfg.domain_b]
+
+
+def evaluate(
+    run_dir: Path,
+    *,
+    which: str = "best",
+    overrides: list[str] | None = None,
+    command: str | None = None,
+    out_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Evaluate the ``which`` checkpoint of ``run_dir`` on both stream orders of the meta-test pools;
+    writes ``results.json``, ``report.md`` and ``plots/`` into ``out_dir`` (default ``run_dir``).
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+    """
+    run_dir = Path(run_dir)
+    cfg, state = load_run(run_dir, SequentialConfig, which, overrides)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    device = resolve_device(cfg.device)
+    model = build_model(cfg).to(device)
+    model.load_state_dict(state["model"])
+    t0 = time.monotonic()
+    names = [d.source for d in _domains(cfg)]
+    samplers = [EpisodeSampler(load_pools(d)["test"]) for d in _domains(cfg)]
+    e, t = cfg.eval, cfg.train
+    orders = {}
+    for order in ((0, 1), (1, 0)):
+        key = " -> ".join(names[i] for i in order)
+        orders[key] = {
+            "tasks": [names[i] for i in order],
+            **evaluate_sequential(
+                model,
+                [samplers[i] for i in order],
+                n_way=t.n_way,
+                k_shot=t.k_shot,
+                episodes=e.episodes,
+                batch_size=e.batch_size,
+                seed=e.seed,
+                device=device,
+            ),
+        }
+    results = {
+        "run": {
+            **run_summary(cfg, run_dir, state, which, command),
+            "eval_minutes": (time.monotonic() - t0) / 60,
+        },
+        "sequential": {"n_way": t.n_way, "k_shot": t.k_shot, "orders": orders},
+    }
+    out_dir = Path(out_dir) if out_dir is not None else run_dir
+    write_sequential_report(results, out_dir)
+    return results
+
+
+def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, title: str) -> Path:
+    """Accuracy vs k-th occurrence of a class, one line per ``label`` and task (paper Fig. 6 style).
+
+    Args:
+        curves: label (e.g. the sequence layer) → one stream order's evaluation (``tasks`` and
+            ``by_occurrence``).
+    """
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.subplots()
+    for label, res in curves.items():
+        for i, (task, occ) in enumerate(zip(res["tasks"], res["by_occurrence"], strict=True)):
+            ks = sorted(int(k) for k in occ)
+            ax.plot(
+                ks,
+                [100 * occ[k] if k in occ else 100 * occ[str(k)] for k in ks],
+                marker="o",
+                markersize=3,
+                linestyle="-" if i == 0 else "--",
+                label=f"{label}: task {i + 1} ({task})",
+            )
+    ax.set_xlabel("k-th occurrence of the class in its task")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    tmp.replace(path)
+    return path
+
+
+def _occ(occ: dict, k: int) -> float:
+    v = occ.get(k, occ.get(str(k)))
+    return float("nan") if v is None else float(v)
+
+
+def write_sequential_report(results: dict[str, Any], out_dir: Path) -> Path:
+    """``results.json``, ``report.md`` and ``plots/occurrence_<order>.png`` of one evaluation."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "results.json", results)
+    run, seq = results["run"], results["sequential"]
+    ks = [k for k in OCCURRENCES if k <= seq["k_shot"]]
+    lines = [
+        f"# Sequential multi-task report: {run['preset']} ({run['sequence_layer']})",
+        "",
+        f"- trained: {run['steps']} steps, {run['train_minutes']:.1f} min (`{run['command']}`)",
+        f"- evaluated: {run['checkpoint']} checkpoint, {run['eval_minutes']:.2f} min; "
+        f"{seq['n_way']}-way {seq['k_shot']}-shot tasks, delayed labels, untrimmed",
+        "",
+        "| order | episodes | overall (%) | task 1 (%) | task 2 (%) | "
+        + " | ".join(f"T{i} k={k}" for i in (1, 2) for k in ks)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * (2 * len(ks)),
+    ]
+    for key, res in seq["orders"].items():
+        occ_cells = [f"{100 * _occ(res['by_occurrence'][i], k):.1f}" for i in (0, 1) for k in ks]
+        lines.append(
+            f"| {key} | {res['episodes']} | {100 * res['accuracy']:.2f} ± {100 * res['ci95']:.2f} | "
+            f"{100 * res['per_task'][0]:.2f} | {100 * res['per_task'][1]:.2f} | "
+            + " | ".join(occ_cells)
+            + " |"
+        )
+    lines.append("")
+    for key, res in seq["orders"].items():
+        slug = key.replace(" -> ", "_to_")
+        png = plot_occurrence_curves(
+            {run["sequence_layer"]: res}, out_dir / "plots" / f"occurrence_{slug}.png", title=key
+        )
+        lines += [f"![{key}]({png.relative_to(out_dir)})", ""]
+    lines.append(
+        "T1/T2 k=…: accuracy at the k-th occurrence of a class within task 1/2. "
+        "± is 1.96·std/√n over episodes."
+    )
+    path = out_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fastweights.data import registry
+from fastweights.data.registry import CLASS_POOLS, SPLIT_DATASETS, load_class_pools, load_split_dataset
+from tests.data.formats import split_tree, write_cifar10, write_mini_imagenet_pkl, write_omniglot_pngs
+from tests.data.test_idx import _fake_dataset
+
+
+def test_names():
+    assert CLASS_POOLS == ("fontglyphs", "omniglot", "mini_imagenet", "fc100", "cifar_fs")
+    assert SPLIT_DATASETS == ("digits", "fashion_mnist", "mnist", "cifar10")
+    with pytest.raises(ValueError, match="name: expected one of .*'omniglot'.*given 'imagenet'"):
+        load_class_pools("imagenet", "/tmp")
+    with pytest.raises(ValueError, match="name: expected one of .*'cifar10'.*given 'svhn'"):
+        load_split_dataset("svhn", "/tmp")
+
+
+def test_fontglyphs_dispatch(monkeypatch):
+    calls = []
+    monkeypatch.setattr(registry, "load_font_glyphs", lambda **kw: calls.append(kw) or {"train": None})
+    assert load_class_pools("fontglyphs") == {"train": None}
+    load_class_pools("fontglyphs", image_size=16, seed=3)
+    assert calls == [{"image_size": 32}, {"image_size": 16, "seed": 3}]
+
+
+def test_pools_from_local_folders(tmp_path, monkeypatch):
+    chars = [("background", "Armenian", "character01"), ("evaluation", "ULOG", "character26")]
+    write_omniglot_pngs(tmp_path, chars)
+    splits = {"train": split_tree(chars[:1]), "test": split_tree(chars[1:])}
+    pools = load_class_pools("omniglot", tmp_path, splits=splits, cache=False)
+    assert pools["train"].images.shape == (1, 2, 28, 28)  # default size 28
+    write_mini_imagenet_pkl(tmp_path, {"train": ["n1"], "val": ["n2"], "test": ["n3"]}, per_class=2)
+    monkeypatch.setenv("FASTWEIGHTS_DATA", str(tmp_path))  # root=None -> $FASTWEIGHTS_DATA
+    pools = load_class_pools("mini_imagenet", cache=False)
+    assert pools["val"].images.shape == (1, 2, 3, 84, 84)  # default size 84, RGB
+    monkeypatch.delenv("FASTWEIGHTS_DATA")
+    with pytest.raises(ValueError, match="root: expected the local folder .*FASTWEIGHTS_DATA"):
+        load_class_pools("fc100")
+    with pytest.raises(FileNotFoundError, match="cifar-100-python"):
+        load_class_pools("cifar_fs", tmp_path)
+
+
+def test_split_datasets(tmp_path):
+    digits = load_split_dataset("digits", image_size=16)
+    assert digits.name == "Digits" and digits.train.images.shape[1:] == (16, 16)
+    tr, _ = _fake_dataset(tmp_path / "MNIST" / "raw")
+    mnist = load_split_dataset("mnist", tmp_path)
+    assert mnist.name == "MNIST" and mnist.train.images.shape == (len(tr), 32, 32)
+    fashion = load_split_dataset("fashion_mnist", tmp_path / "MNIST" / "raw", image_size=28)
+    assert fashion.name == "Fashion-MNIST"
+    np.testing.assert_array_equal(fashion.train.images, tr)
+    write_cifar10(tmp_path)
+    cifar = load_split_dataset("cifar10", tmp_path)
+    assert cifar.channels == 3 and cifar.train.images.shape == (20, 3, 32, 32)

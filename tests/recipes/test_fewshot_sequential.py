@@ -1,0 +1,111 @@
+"""End-to-end tests of the few-shot and sequential recipes on their smoke presets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fastweights.cli import main
+from fastweights.config import load_config, preset_path
+from fastweights.recipes import fewshot, sequential
+from fastweights.recipes.fewshot_config import FewShotConfig, SequentialConfig
+
+RECIPES = {
+    "fewshot": (fewshot, FewShotConfig, "data"),
+    "sequential": (sequential, SequentialConfig, "domain_a"),
+}
+
+
+def _cfg(recipe, tmp_path, *overrides):
+    _, cls, data = RECIPES[recipe]
+    return load_config(
+        cls, preset_path(recipe, "smoke"), [f"{data}.cache_dir={tmp_path / 'cache'}", *overrides]
+    )
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_cli_train_then_eval_writes_run_folder(recipe, tmp_path):
+    run = tmp_path / "run"
+    data = RECIPES[recipe][2]
+    rc = main(
+        [recipe, "train", "--preset", "smoke", "--run-dir", str(run), f"{data}.cache_dir={tmp_path / 'c'}"]
+    )
+    assert rc == 0
+    for name in (
+        "config.yaml",
+        "command.txt",
+        "metrics.jsonl",
+        "checkpoints/latest.pt",
+        "checkpoints/best.pt",
+    ):
+        assert (run / name).exists(), name
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [3, 6]
+    assert all(0.0 <= r["val_acc"] <= 1.0 and r["train_loss"] > 0 for r in records)
+    assert main([recipe, "eval", str(run), "eval.episodes=6"]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert (run / "report.md").exists()
+    if recipe == "fewshot":
+        fs = results["fewshot"]
+        assert fs["episodes"] == 6 and len(fs["run_accuracies"]) == 2 and 0 <= fs["accuracy"] <= 1
+        assert (run / "plots" / "learning_curve.png").exists()
+    else:
+        orders = results["sequential"]["orders"]
+        assert list(orders) == ["fontglyphs -> fashion_mnist", "fashion_mnist -> fontglyphs"]
+        for res in orders.values():
+            assert len(res["by_position"]) == 2 * 5 * 4 and len(res["per_task"]) == 2
+            assert sorted(res["by_occurrence"][0]) == ["1", "2", "3", "4"]  # JSON keys
+        assert len(list((run / "plots").glob("occurrence_*.png"))) == 2
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_resume_continues_exactly(recipe, tmp_path):
+    module = RECIPES[recipe][0]
+    module.train(_cfg(recipe, tmp_path, "train.max_steps=6"), tmp_path / "one")
+    module.train(_cfg(recipe, tmp_path, "train.max_steps=4"), tmp_path / "two")
+    cfg_path = tmp_path / "two" / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("max_steps: 4", "max_steps: 6"))
+    module.train(_cfg(recipe, tmp_path), tmp_path / "two", resume=True)
+    a = torch.load(tmp_path / "one" / "checkpoints" / "latest.pt", weights_only=False)
+    b = torch.load(tmp_path / "two" / "checkpoints" / "latest.pt", weights_only=False)
+    assert a["step"] == b["step"] == 6
+    for k, v in a["model"].items():
+        torch.testing.assert_close(v, b["model"][k], rtol=0, atol=0, msg=k)
+
+
+def test_train_refuses_existing_run_without_resume(tmp_path):
+    fewshot.train(_cfg("fewshot", tmp_path, "train.max_steps=2"), tmp_path / "run")
+    with pytest.raises(FileExistsError, match="run_dir"):
+        fewshot.train(_cfg("fewshot", tmp_path, "train.max_steps=2"), tmp_path / "run")
+
+
+def test_bad_settings_are_rejected(tmp_path, capsys):
+    with pytest.raises(ValueError, match="train.n_way"):
+        fewshot.train(_cfg("fewshot", tmp_path, "train.n_way=6"), tmp_path / "a")
+    with pytest.raises(ValueError, match="train.max_trim"):
+        sequential.train(_cfg("sequential", tmp_path, "train.max_trim=20"), tmp_path / "b")
+    with pytest.raises(ValueError, match="source"):
+        fewshot.train(_cfg("fewshot", tmp_path, "data.source=imagenet21k"), tmp_path / "c")
+    assert main(["fewshot", "train", "--preset", "nope"]) == 2
+    assert "available presets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_compare_trains_each_model_and_writes_one_table(recipe, tmp_path, capsys):
+    data = RECIPES[recipe][2]
+    root = tmp_path / "cmp"
+    args = [recipe, "compare", "--models", "srwm,lstm", "--preset", "smoke", "--run-root", str(root)]
+    assert main([*args, f"{data}.cache_dir={tmp_path / 'c'}", "train.max_steps=3", "eval.episodes=4"]) == 0
+    out = capsys.readouterr().out
+    assert "| srwm |" in out and "| lstm |" in out
+    table = json.loads((root / "comparison.json").read_text())
+    assert [r[0] for r in table["rows"]] == ["srwm", "lstm"]
+    assert table["results"]["lstm"]["run"]["sequence_layer"] == "lstm"
+    assert (root / "comparison.md").exists()
+    assert list(root.glob("comparison*.png"))
+    with pytest.raises(ValueError, match="models"):
+        from fastweights.recipes.compare import compare
+
+        compare(recipe, preset_path(recipe, "smoke"), ["transformer"], root)
