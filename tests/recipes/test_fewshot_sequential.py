@@ -109,3 +109,13 @@ def test_compare_trains_each_model_and_writes_one_table(recipe, tmp_path, capsys
         from fastweights.recipes.compare import compare
 
         compare(recipe, preset_path(recipe, "smoke"), ["transformer"], root)
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_curriculum_stages_are_used(recipe, tmp_path):
+    module = RECIPES[recipe][0]
+    stage = "train.curriculum=[{until_step: 3, n_way: 2, k_shot: 2}]"
+    module.train(_cfg(recipe, tmp_path, stage), tmp_path / "run")
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    final_shot = 1 if recipe == "fewshot" else 4
+    assert [(r["n_way"], r["k_shot"]) for r in records] == [(2, 2), (5, final_shot)]

@@ -104,12 +104,20 @@ def sample_task_features(
     n_way: int,
     k_shot: int,
     device: torch.device | str,
+    label_space: int | None = None,
 ) -> list[TaskTensors]:
-    """One ``n_way``-way ``k_shot``-shot task per sampler (domain), embedded by the model's backbone."""
+    """One ``n_way``-way ``k_shot``-shot task per sampler (domain), embedded by the model's backbone;
+    labels drawn from ``0..label_space-1`` (default ``n_way``)."""
     tasks = []
     for sampler in samplers:
         (batch,) = sampler.sample(
-            rng, batch_size=batch_size, num_tasks=1, n_way=n_way, k_shot=k_shot, n_query=0
+            rng,
+            batch_size=batch_size,
+            num_tasks=1,
+            n_way=n_way,
+            k_shot=k_shot,
+            n_query=0,
+            label_space=label_space,
         )
         pool = sampler.pool
         tasks.extend(embed_tasks(model, [batch], pool.mean, pool.std, device, channels=pool.channels))

@@ -30,7 +30,7 @@ from fastweights.data.sources.glyphs import load_font_glyphs
 from fastweights.data.sources.idx import load_idx_dataset
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
-from fastweights.recipes.common import build_classifier, resolve_device
+from fastweights.recipes.common import build_classifier, curriculum_stage, resolve_device
 from fastweights.recipes.report import plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
@@ -65,13 +65,6 @@ def load_glyph_pools(d: DataConfig) -> dict[str, ClassPool]:
         seed=d.seed,
         cache_dir=d.cache_dir,
     )
-
-
-def _stage(t: TrainConfig, step: int) -> tuple[int, int]:
-    for s in t.curriculum:
-        if step < s.until_step:
-            return s.n_way, s.k_shot
-    return t.n_way, t.k_shot
 
 
 def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, device) -> dict[str, float]:
@@ -148,7 +141,7 @@ def train(
     )
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n_way, k_shot = _stage(t, step)
+        n_way, k_shot = curriculum_stage(t, step)
         label_space = t.label_space or cfg.model.num_classes
         if step < t.synthetic_steps:
             tasks = synthetic_feature_tasks(

@@ -25,6 +25,7 @@ from fastweights.data.episodes import EpisodeSampler
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.common import (
     build_classifier,
+    curriculum_stage,
     load_pools,
     load_run,
     loop_settings,
@@ -49,9 +50,11 @@ def build_model(cfg: FewShotConfig) -> InContextClassifier:
 
 
 def _check(cfg: FewShotConfig) -> None:
-    if cfg.train.n_way > cfg.model.num_classes:
+    ways = [cfg.train.n_way] + [s.n_way for s in cfg.train.curriculum]
+    if max(ways) > cfg.model.num_classes:
         raise ValueError(
-            f"train.n_way: expected <= model.num_classes={cfg.model.num_classes}, got {cfg.train.n_way}"
+            f"train.n_way / curriculum n_way: expected <= model.num_classes={cfg.model.num_classes}, "
+            f"got {ways}"
         )
 
 
@@ -85,26 +88,33 @@ def train(
     pool = train_sampler.pool
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        n_way, k_shot = curriculum_stage(t, step)
         if step < t.synthetic_steps:
             (task,) = synthetic_feature_tasks(
                 synth_gen,
                 batch_size=t.batch_size,
                 num_tasks=1,
-                n_way=t.n_way,
-                k_shot=t.k_shot,
+                n_way=n_way,
+                k_shot=k_shot,
                 n_query=t.n_query,
                 feature_dim=model.backbone.feature_dim,
-                label_space=t.n_way,
+                label_space=cfg.model.num_classes,
                 noise=t.synthetic_noise,
                 device=device,
             )
         else:
             (batch,) = train_sampler.sample(
-                rng, batch_size=t.batch_size, num_tasks=1, n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query
+                rng,
+                batch_size=t.batch_size,
+                num_tasks=1,
+                n_way=n_way,
+                k_shot=k_shot,
+                n_query=t.n_query,
+                label_space=cfg.model.num_classes,
             )
             (task,) = embed_tasks(model, [batch], pool.mean, pool.std, device, channels=pool.channels)
         loss, acc = fewshot_loss(model, task)
-        return loss, {"train_acc": acc}
+        return loss, {"n_way": n_way, "k_shot": k_shot, "train_acc": acc}
 
     def validate() -> dict[str, float]:
         res = evaluate_fewshot(
@@ -136,6 +146,7 @@ def train(
         },
         metadata={"config": asdict(cfg)},
         description=f"few-shot {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
+        postfix=("k_shot",),
         map_location=device,
     )
 

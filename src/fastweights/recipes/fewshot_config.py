@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fastweights.recipes.acl_config import ModelConfig
+from fastweights.recipes.acl_config import CurriculumStage, ModelConfig
 from fastweights.recipes.common import OptimConfig
 
 __all__ = [
@@ -42,6 +42,9 @@ class FewShotTrainConfig(OptimConfig):
     n_way: int = 5
     k_shot: int = 1
     n_query: int = 1  # queries per class per episode, each an independent read of the state
+    # e.g. [{until_step: 1500, n_way: 5, k_shot: 5}]: easier episodes first (they leave the
+    # in-context-learning plateau sooner), then the target n_way/k_shot
+    curriculum: list[CurriculumStage] = field(default_factory=list)
 
 
 @dataclass
@@ -67,6 +70,7 @@ class SequentialTrainConfig(OptimConfig):
     n_way: int = 5
     k_shot: int = 15
     max_trim: int = 9  # each task's demonstrations are cut by 0..max_trim at the end (reference: K - 6)
+    curriculum: list[CurriculumStage] = field(default_factory=list)  # easier tasks first (see few-shot)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from fastweights.data.episodes import EpisodeSampler
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.common import (
     build_classifier,
+    curriculum_stage,
     load_pools,
     load_run,
     loop_settings,
@@ -90,19 +91,20 @@ def train(
     train_samplers = [EpisodeSampler(pools[id(d)]["train"], rotations=d.rotations) for d in _domains(cfg)]
     val_samplers = [EpisodeSampler(pools[id(d)]["val"]) for d in _domains(cfg)]
     opt, sched = make_optimizer(model, t, cfg.model.d_model)
-    full = t.n_way * t.k_shot
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        n_way, k_shot = curriculum_stage(t, step)
+        full = n_way * k_shot
         if step < t.synthetic_steps:
             tasks = synthetic_feature_tasks(
                 synth_gen,
                 batch_size=t.batch_size,
                 num_tasks=2,
-                n_way=t.n_way,
-                k_shot=t.k_shot,
+                n_way=n_way,
+                k_shot=k_shot,
                 n_query=0,
                 feature_dim=model.backbone.feature_dim,
-                label_space=t.n_way,
+                label_space=cfg.model.num_classes,
                 noise=t.synthetic_noise,
                 device=device,
             )
@@ -118,10 +120,11 @@ def train(
             )
         if rng.random() < 0.5:
             tasks = tasks[::-1]
-        lengths = [full - int(rng.integers(0, t.max_trim + 1)) for _ in tasks]
+        lengths = [full - int(rng.integers(0, min(t.max_trim, full - 1) + 1)) for _ in tasks]
         stream = delayed_label_stream(tasks, lengths=lengths, unknown_label=model.unknown_label)
         loss, logits = sequential_loss(model, stream)
-        return loss, {"train_acc": (logits.argmax(-1) == stream.targets).float().mean().item()}
+        acc = (logits.argmax(-1) == stream.targets).float().mean().item()
+        return loss, {"n_way": n_way, "k_shot": k_shot, "train_acc": acc}
 
     def validate() -> dict[str, float]:
         res = evaluate_sequential(
