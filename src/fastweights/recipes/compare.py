@@ -11,7 +11,7 @@ from typing import Any
 from fastweights.config import load_config
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.recipes.fewshot_config import FewShotConfig, SequentialConfig
-from fastweights.recipes.report import _md_table
+from fastweights.recipes.report import md_table
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.io import atomic_write_json, atomic_write_text
 
@@ -87,7 +87,7 @@ def compare(
         for key in next(iter(results.values()))["sequential"]["orders"]:
             header += [f"{key}: overall (%)", f"{key}: 1st occurrence T1 / T2 (%)"]
     rows = [_row(recipe, m, r) for m, r in results.items()]
-    markdown = "\n".join(_md_table(header, rows))
+    markdown = "\n".join(md_table(header, rows))
     atomic_write_json(run_root / "comparison.json", {"header": header, "rows": rows, "results": results})
     atomic_write_text(run_root / "comparison.md", markdown + "\n")
     _plot(recipe, results, run_root)

@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 
 from fastweights.train.io import atomic_write_bytes, atomic_write_text, read_jsonl
 
-__all__ = ["plot_accuracy_matrix", "plot_forgetting", "plot_learning_curves", "write_report"]
+__all__ = ["md_table", "plot_accuracy_matrix", "plot_forgetting", "plot_learning_curves", "write_report"]
 
 PathLike = str | os.PathLike[str]
 
@@ -81,7 +81,8 @@ def _md_cell(x: Any) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
 
 
-def _md_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
+def md_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Lines of a Markdown table (cells formatted as in the reports; ``|`` escaped)."""
     out = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     return out
@@ -318,7 +319,7 @@ def _section_run(run: Mapping[str, Any]) -> list[str]:
         if k not in ("preset", "run_dir", "steps", "train_minutes", "command")
     ]
     if rows:
-        lines += _md_table(("field", "value"), rows) + [""]
+        lines += md_table(("field", "value"), rows) + [""]
     if run.get("command"):
         lines += ["Command:", "", "```", str(run["command"]), "```", ""]
     return lines
@@ -358,7 +359,7 @@ def _section_forgetting(fg: Mapping[str, Any], plots: Path) -> tuple[list[str], 
             if key in table:
                 e = table[key]
                 rows.append((order, task, learned, _pm(e.get("mean"), e.get("ci95"))))
-    lines += _md_table(("order", "evaluated on", "after learning", "accuracy (%)"), rows) + [""]
+    lines += md_table(("order", "evaluated on", "after learning", "accuracy (%)"), rows) + [""]
     drops = []
     for first, after in (("A|A", "A|A->B"), ("B|B", "B|B->A")):
         if first in table and after in table:
@@ -400,9 +401,9 @@ def _section_split(name: str, res: Mapping[str, Any], plots: Path) -> tuple[list
         if isinstance(m, Mapping) and "mean" in m:
             rows.append((label, _pm(m["mean"], m.get("std"))))
     if rows:
-        lines += _md_table(("metric", "value (%)"), rows) + [""]
+        lines += md_table(("metric", "value (%)"), rows) + [""]
     lines += ["Mean accuracy matrix (%), row i = after learning task i, column j = task j:", ""]
-    lines += _md_table(
+    lines += md_table(
         ["after \\ task", *names],
         [[f"after {names[i]}", *(_pct(R[i, j]) for j in range(T))] for i in range(T)],
     )
