@@ -51,7 +51,9 @@ def _add_icl_recipe(recipes: argparse._SubParsersAction, name: str, what: str) -
     rp = recipes.add_parser(name, help=what)
     verbs = rp.add_subparsers(dest="verb", required=True)
     tr = verbs.add_parser("train", help="meta-train a model (writes config, metrics, checkpoints)")
-    tr.add_argument("--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path")
+    tr.add_argument(
+        "--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path (default: quick)"
+    )
     tr.add_argument(
         "--run-dir", type=Path, default=None, help=f"output folder (default runs/{name}-<preset>)"
     )
@@ -67,7 +69,9 @@ def _add_icl_recipe(recipes: argparse._SubParsersAction, name: str, what: str) -
     co.add_argument(
         "--models", required=True, help="comma-separated sequence layers, e.g. srwm,deltanet,lstm"
     )
-    co.add_argument("--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path")
+    co.add_argument(
+        "--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path (default: quick)"
+    )
     co.add_argument("--run-root", type=Path, default=None, help=f"default runs/{name}-compare-<preset>")
     co.add_argument("overrides", nargs="*", help="key=value overrides applied to every model's run")
 

@@ -20,7 +20,7 @@ from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ModelConfig
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.io import atomic_write_text
+from fastweights.train.io import atomic_write_text, read_jsonl
 from fastweights.train.loop import LoopSettings, open_run_dir
 from fastweights.train.schedules import lr_multiplier
 
@@ -210,8 +210,11 @@ def load_run(
 
 
 def run_summary(cfg: Any, run_dir: Path, state: dict[str, Any], which: str, command: str | None) -> dict:
-    """The ``"run"`` section of ``results.json``."""
+    """The ``"run"`` section of ``results.json``: ``steps``/``train_minutes`` of the evaluated
+    checkpoint and ``trained_steps`` = the last step logged in ``metrics.jsonl``."""
     cmd = run_dir / "command.txt"
+    log = run_dir / "metrics.jsonl"
+    records = read_jsonl(log) if log.exists() else []
     return {
         "preset": cfg.name,
         "run_dir": str(run_dir),
@@ -219,6 +222,7 @@ def run_summary(cfg: Any, run_dir: Path, state: dict[str, Any], which: str, comm
         "checkpoint": which,
         "steps": state["step"],
         "train_minutes": state["elapsed_seconds"] / 60,
+        "trained_steps": records[-1]["step"] if records else state["step"],
         "command": cmd.read_text().strip() if cmd.exists() else "",
         "eval_command": command or "",
     }

@@ -213,8 +213,10 @@ def write_fewshot_report(results: dict[str, Any], run_dir: Path, out_dir: Path) 
     lines = [
         f"# Few-shot report: {run['preset']} ({run['sequence_layer']})",
         "",
-        f"- trained: {run['steps']} steps, {run['train_minutes']:.1f} min (`{run['command']}`)",
-        f"- evaluated: {run['checkpoint']} checkpoint, {run['eval_minutes']:.2f} min",
+        f"- trained: {run.get('trained_steps', run['steps'])} steps (`{run['command']}`)",
+        f"- evaluated: the {run['checkpoint']} checkpoint (step {run['steps']}, "
+        f"{run['train_minutes']:.1f} min "
+        f"of training), in {run['eval_minutes']:.2f} min",
         "",
         "| data | task | episodes | accuracy (%) | per run (%) |",
         "|---|---|---|---|---|",

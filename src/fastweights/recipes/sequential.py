@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from fastweights.cl.objective import synthetic_feature_tasks
 from fastweights.cl.sequential import (
@@ -236,6 +237,7 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
                 linestyle="-" if i == 0 else "--",
                 label=f"{label}: task {i + 1} ({task})",
             )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("k-th occurrence of the class in its task")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
@@ -262,8 +264,10 @@ def write_sequential_report(results: dict[str, Any], out_dir: Path) -> Path:
     lines = [
         f"# Sequential multi-task report: {run['preset']} ({run['sequence_layer']})",
         "",
-        f"- trained: {run['steps']} steps, {run['train_minutes']:.1f} min (`{run['command']}`)",
-        f"- evaluated: {run['checkpoint']} checkpoint, {run['eval_minutes']:.2f} min; "
+        f"- trained: {run.get('trained_steps', run['steps'])} steps (`{run['command']}`)",
+        f"- evaluated: the {run['checkpoint']} checkpoint (step {run['steps']}, "
+        f"{run['train_minutes']:.1f} min "
+        f"of training), in {run['eval_minutes']:.2f} min; "
         f"{seq['n_way']}-way {seq['k_shot']}-shot tasks, delayed labels, untrimmed",
         "",
         "| order | episodes | overall (%) | task 1 (%) | task 2 (%) | "

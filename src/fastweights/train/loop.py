@@ -178,6 +178,7 @@ def fit(
                     **info,
                     **last_val,
                 )
+                bar.set_postfix(loss=f"{loss_ema:.3f}", **shown, val=last_val[objective])
                 is_best = last_val[objective] > best
                 best = max(best, last_val[objective])
                 save(is_best)
