@@ -179,8 +179,10 @@ def prepare_run(cfg: C, run_dir: Path, *, resume: bool, command: str | None) -> 
         cfg = config_from_yaml(type(cfg), (run_dir / "config.yaml").read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
-    if command:
-        atomic_write_text(run_dir / "command.txt", command + "\n")
+    if command:  # a resumed run keeps the commands that started it
+        path = run_dir / "command.txt"
+        previous = path.read_text() if resume and path.exists() else ""
+        atomic_write_text(path, previous + command + "\n")
     return cfg
 
 
