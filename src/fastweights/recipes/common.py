@@ -34,6 +34,7 @@ __all__ = [
     "load_pools",
     "load_run",
     "run_summary",
+    "command_markdown",
     "prepare_run",
     "resolve_device",
 ]
@@ -228,3 +229,10 @@ def run_summary(cfg: Any, run_dir: Path, state: dict[str, Any], which: str, comm
         "command": cmd.read_text().strip() if cmd.exists() else "",
         "eval_command": command or "",
     }
+
+
+def command_markdown(command: str) -> str:
+    """A recorded command (possibly several lines, e.g. a resumed run) as Markdown."""
+    if "\n" not in command.strip():
+        return f"`{command.strip()}`"
+    return "\n\n```\n" + command.strip() + "\n```\n"

@@ -32,6 +32,7 @@ from fastweights.data.episodes import EpisodeSampler
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.common import (
     build_classifier,
+    command_markdown,
     curriculum_stage,
     load_pools,
     load_run,
@@ -264,7 +265,7 @@ def write_sequential_report(results: dict[str, Any], out_dir: Path) -> Path:
     lines = [
         f"# Sequential multi-task report: {run['preset']} ({run['sequence_layer']})",
         "",
-        f"- trained: {run.get('trained_steps', run['steps'])} steps (`{run['command']}`)",
+        f"- trained: {run.get('trained_steps', run['steps'])} steps: {command_markdown(run['command'])}",
         f"- evaluated: the {run['checkpoint']} checkpoint (step {run['steps']}, "
         f"{run['train_minutes']:.1f} min "
         f"of training), in {run['eval_minutes']:.2f} min; "
