@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +21,7 @@ from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ModelConfig
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.io import atomic_write_text, read_jsonl
-from fastweights.train.loop import LoopSettings, open_run_dir
+from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, open_run_dir
 from fastweights.train.schedules import lr_multiplier
 
 __all__ = [
@@ -35,6 +35,10 @@ __all__ = [
     "load_run",
     "run_summary",
     "command_markdown",
+    "RecipeRun",
+    "start_run",
+    "fit_run",
+    "load_trained",
     "prepare_run",
     "resolve_device",
 ]
@@ -236,3 +240,83 @@ def command_markdown(command: str) -> str:
     if "\n" not in command.strip():
         return f"`{command.strip()}`"
     return "\n\n```\n" + command.strip() + "\n```\n"
+
+
+@dataclass
+class RecipeRun:
+    """What a recipe's ``train`` needs after :func:`start_run`: the (reloaded) config, the device and the
+    two random streams the loop checkpoints (episode sampling and the synthetic stage)."""
+
+    cfg: Any
+    run_dir: Path
+    device: torch.device
+    rng: np.random.Generator
+    synthetic: torch.Generator
+
+
+def start_run(cfg: Any, run_dir: Path, *, resume: bool, command: str | None) -> RecipeRun:
+    """:func:`prepare_run`, then threads, device and seeds from ``cfg.train``."""
+    run_dir = Path(run_dir)
+    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)
+    t = cfg.train
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    torch.manual_seed(t.seed)
+    return RecipeRun(
+        cfg,
+        run_dir,
+        resolve_device(cfg.device),
+        np.random.default_rng(t.seed),
+        torch.Generator().manual_seed(t.seed),
+    )
+
+
+def fit_run(
+    run: RecipeRun,
+    model: torch.nn.Module,
+    step_fn: Any,
+    validate_fn: Any,
+    *,
+    resume: bool,
+    description: str,
+    postfix: tuple[str, ...] = ("k_shot",),
+) -> dict[str, Any]:
+    """:func:`fastweights.train.loop.fit` with Adam + schedule of ``cfg.train``, objective ``val_acc``
+    and both random streams and the config saved in every checkpoint."""
+    opt, sched = make_optimizer(model, run.cfg.train, run.cfg.model.d_model)
+    return fit(
+        run.run_dir,
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        step_fn=step_fn,
+        validate_fn=validate_fn,
+        settings=loop_settings(run.cfg.train),
+        objective="val_acc",
+        resume=resume,
+        extra_state={
+            "sampler_rng": numpy_rng_state(run.rng),
+            "synthetic_rng": (run.synthetic.get_state, run.synthetic.set_state),
+        },
+        metadata={"config": asdict(run.cfg)},
+        description=description,
+        postfix=postfix,
+        map_location=run.device,
+    )
+
+
+def load_trained(
+    run_dir: Path, config_cls: type, build: Any, which: str = "best", overrides: list[str] | None = None
+) -> tuple[Any, dict[str, Any], torch.nn.Module, torch.device]:
+    """``(config, checkpoint, model with its weights, device)`` of a run folder, for evaluation.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+    """
+    cfg, state = load_run(Path(run_dir), config_cls, which, overrides)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    device = resolve_device(cfg.device)
+    model = build(cfg).to(device)
+    model.load_state_dict(state["model"])
+    return cfg, state, model, device

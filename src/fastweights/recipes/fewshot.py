@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -27,18 +25,15 @@ from fastweights.recipes.common import (
     build_classifier,
     command_markdown,
     curriculum_stage,
+    fit_run,
     load_pools,
-    load_run,
-    loop_settings,
-    make_optimizer,
-    prepare_run,
-    resolve_device,
+    load_trained,
     run_summary,
+    start_run,
 )
 from fastweights.recipes.fewshot_config import FewShotConfig
 from fastweights.recipes.report import plot_learning_curves
 from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
-from fastweights.train.loop import fit, numpy_rng_state
 
 __all__ = ["train", "evaluate", "build_model", "write_fewshot_report"]
 
@@ -71,21 +66,14 @@ def train(
         FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
         ValueError: for ``n_way`` above the model's outputs or the pools' class counts.
     """
-    run_dir = Path(run_dir)
-    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)
+    run = start_run(cfg, run_dir, resume=resume, command=command)
+    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     _check(cfg)
     t = cfg.train
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    device = resolve_device(cfg.device)
-    torch.manual_seed(t.seed)
-    rng = np.random.default_rng(t.seed)
-    synth_gen = torch.Generator().manual_seed(t.seed)
     pools = load_pools(cfg.data)
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
     model = build_model(cfg).to(device)
-    opt, sched = make_optimizer(model, t, cfg.model.d_model)
     pool = train_sampler.pool
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -131,24 +119,13 @@ def train(
         )
         return {"val_acc": res["accuracy"]}
 
-    return fit(
-        run_dir,
-        model=model,
-        optimizer=opt,
-        scheduler=sched,
-        step_fn=step_fn,
-        validate_fn=validate,
-        settings=loop_settings(t),
-        objective="val_acc",
+    return fit_run(
+        run,
+        model,
+        step_fn,
+        validate,
         resume=resume,
-        extra_state={
-            "sampler_rng": numpy_rng_state(rng),
-            "synthetic_rng": (synth_gen.get_state, synth_gen.set_state),
-        },
-        metadata={"config": asdict(cfg)},
         description=f"few-shot {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
-        postfix=("k_shot",),
-        map_location=device,
     )
 
 
@@ -167,12 +144,7 @@ def evaluate(
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
     """
     run_dir = Path(run_dir)
-    cfg, state = load_run(run_dir, FewShotConfig, which, overrides)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    device = resolve_device(cfg.device)
-    model = build_model(cfg).to(device)
-    model.load_state_dict(state["model"])
+    cfg, state, model, device = load_trained(run_dir, FewShotConfig, build_model, which, overrides)
     t0 = time.monotonic()
     sampler = EpisodeSampler(load_pools(cfg.data)["test"])
     e, t = cfg.eval, cfg.train

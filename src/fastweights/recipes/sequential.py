@@ -11,11 +11,9 @@ and by position → ``results.json``, ``report.md``, ``plots/``.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -34,17 +32,14 @@ from fastweights.recipes.common import (
     build_classifier,
     command_markdown,
     curriculum_stage,
+    fit_run,
     load_pools,
-    load_run,
-    loop_settings,
-    make_optimizer,
-    prepare_run,
-    resolve_device,
+    load_trained,
     run_summary,
+    start_run,
 )
 from fastweights.recipes.fewshot_config import SequentialConfig
 from fastweights.train.io import atomic_write_json, atomic_write_text
-from fastweights.train.loop import fit, numpy_rng_state
 
 __all__ = ["train", "evaluate", "build_model", "plot_occurrence_curves", "write_sequential_report"]
 
@@ -78,21 +73,14 @@ def train(
         FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
         ValueError: for a bad ``n_way``/``max_trim`` or domains with different image formats.
     """
-    run_dir = Path(run_dir)
-    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)
+    run = start_run(cfg, run_dir, resume=resume, command=command)
+    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     _check(cfg)
     t = cfg.train
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    device = resolve_device(cfg.device)
-    torch.manual_seed(t.seed)
-    rng = np.random.default_rng(t.seed)
-    synth_gen = torch.Generator().manual_seed(t.seed)
     model = build_model(cfg).to(device)
     pools = {id(d): load_pools(d) for d in _domains(cfg)}
     train_samplers = [EpisodeSampler(pools[id(d)]["train"], rotations=d.rotations) for d in _domains(cfg)]
     val_samplers = [EpisodeSampler(pools[id(d)]["val"]) for d in _domains(cfg)]
-    opt, sched = make_optimizer(model, t, cfg.model.d_model)
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
         n_way, k_shot = curriculum_stage(t, step)
@@ -141,23 +129,13 @@ def train(
         )
         return {"val_acc": res["accuracy"], "val_task1": res["per_task"][0], "val_task2": res["per_task"][1]}
 
-    return fit(
-        run_dir,
-        model=model,
-        optimizer=opt,
-        scheduler=sched,
-        step_fn=step_fn,
-        validate_fn=validate,
-        settings=loop_settings(t),
-        objective="val_acc",
+    return fit_run(
+        run,
+        model,
+        step_fn,
+        validate,
         resume=resume,
-        extra_state={
-            "sampler_rng": numpy_rng_state(rng),
-            "synthetic_rng": (synth_gen.get_state, synth_gen.set_state),
-        },
-        metadata={"config": asdict(cfg)},
         description=f"sequential {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
-        map_location=device,
     )
 
 
@@ -180,12 +158,7 @@ def evaluate(
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
     """
     run_dir = Path(run_dir)
-    cfg, state = load_run(run_dir, SequentialConfig, which, overrides)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    device = resolve_device(cfg.device)
-    model = build_model(cfg).to(device)
-    model.load_state_dict(state["model"])
+    cfg, state, model, device = load_trained(run_dir, SequentialConfig, build_model, which, overrides)
     t0 = time.monotonic()
     names = [d.source for d in _domains(cfg)]
     samplers = [EpisodeSampler(load_pools(d)["test"]) for d in _domains(cfg)]
