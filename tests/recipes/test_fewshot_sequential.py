@@ -81,13 +81,16 @@ def test_train_refuses_existing_run_without_resume(tmp_path):
         fewshot.train(_cfg("fewshot", tmp_path, "train.max_steps=2"), tmp_path / "run")
 
 
-def test_bad_settings_are_rejected(tmp_path, capsys):
+def test_bad_settings_are_rejected(tmp_path, capsys, monkeypatch):
     with pytest.raises(ValueError, match="train.n_way"):
         fewshot.train(_cfg("fewshot", tmp_path, "train.n_way=6"), tmp_path / "a")
     with pytest.raises(ValueError, match="train.max_trim"):
         sequential.train(_cfg("sequential", tmp_path, "train.max_trim=20"), tmp_path / "b")
-    with pytest.raises(ValueError, match="source"):
+    with pytest.raises(ValueError, match="data.source"):
         fewshot.train(_cfg("fewshot", tmp_path, "data.source=imagenet21k"), tmp_path / "c")
+    monkeypatch.delenv("FASTWEIGHTS_DATA", raising=False)
+    with pytest.raises(ValueError, match=r"domain_b.root: expected the local folder holding the 'omniglot'"):
+        sequential.train(_cfg("sequential", tmp_path, "domain_b.source=omniglot"), tmp_path / "d")
     assert main(["fewshot", "train", "--preset", "nope"]) == 2
     assert "available presets" in capsys.readouterr().err
 

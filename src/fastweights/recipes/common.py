@@ -3,6 +3,7 @@ training-loop settings, run-folder preparation and the recorded command line."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import asdict, dataclass
@@ -93,17 +94,19 @@ def _as_rgb(pool: ClassPool) -> ClassPool:
     return ClassPool(pool.name, rgb, pool.class_names, pool.alphabets, (mean,) * 3, (std,) * 3)
 
 
-def load_pools(p: Any) -> dict[str, ClassPool]:
+def load_pools(p: Any, key: str = "data") -> dict[str, ClassPool]:
     """``{"train", "val", "test"}`` class pools of a ``PoolConfig`` (``recipes.fewshot_config``).
 
     Few-shot sources (``data.registry.CLASS_POOLS``) give disjoint meta-train/val/test classes;
     classification datasets (``SPLIT_DATASETS``) give their classes with disjoint *examples* (see
     :func:`fastweights.data.split_pools.split_dataset_pools`).
 
-    ``p.channels = 3`` repeats a grayscale source to three channels.
+    ``p.channels = 3`` repeats a grayscale source to three channels. ``key`` is the config section
+    (``data``, ``domain_a``, …) that errors name.
 
     Raises:
-        ValueError: for an unknown source or pools whose channels differ from ``p.channels``.
+        ValueError: for an unknown source, a missing ``<key>.root``, or pools whose channels differ
+            from ``p.channels``.
     """
     if p.source in CLASS_POOLS:
         options: dict[str, Any] = {}
@@ -115,11 +118,16 @@ def load_pools(p: Any) -> dict[str, ClassPool]:
                 seed=p.seed,
                 cache_dir=p.cache_dir,
             )
+        if p.root is None and p.source != "fontglyphs" and not os.environ.get("FASTWEIGHTS_DATA"):
+            raise ValueError(
+                f"{key}.root: expected the local folder holding the {p.source!r} files "
+                f"(or set $FASTWEIGHTS_DATA); none given"
+            )
         pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
     elif p.source in SPLIT_DATASETS:
         pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size))
     else:
-        raise ValueError(f"source: expected one of {CLASS_POOLS + SPLIT_DATASETS}, got {p.source!r}")
+        raise ValueError(f"{key}.source: expected one of {CLASS_POOLS + SPLIT_DATASETS}, got {p.source!r}")
     if p.channels == 3:  # grayscale sources repeated to RGB (the reference's omniglot_rgb84x84 input)
         pools = {split: _as_rgb(pool) for split, pool in pools.items()}
     for split, pool in pools.items():

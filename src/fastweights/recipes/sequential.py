@@ -78,7 +78,9 @@ def train(
     _check(cfg)
     t = cfg.train
     model = build_model(cfg).to(device)
-    pools = {id(d): load_pools(d) for d in _domains(cfg)}
+    pools = {
+        id(d): load_pools(d, key) for key, d in zip(("domain_a", "domain_b"), _domains(cfg), strict=True)
+    }
     train_samplers = [EpisodeSampler(pools[id(d)]["train"], rotations=d.rotations) for d in _domains(cfg)]
     val_samplers = [EpisodeSampler(pools[id(d)]["val"]) for d in _domains(cfg)]
 
@@ -161,7 +163,10 @@ def evaluate(
     cfg, state, model, device = load_trained(run_dir, SequentialConfig, build_model, which, overrides)
     t0 = time.monotonic()
     names = [d.source for d in _domains(cfg)]
-    samplers = [EpisodeSampler(load_pools(d)["test"]) for d in _domains(cfg)]
+    samplers = [
+        EpisodeSampler(load_pools(d, key)["test"])
+        for key, d in zip(("domain_a", "domain_b"), _domains(cfg), strict=True)
+    ]
     e, t = cfg.eval, cfg.train
     orders = {}
     for order in ((0, 1), (1, 0)):
