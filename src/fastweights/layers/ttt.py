@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.conv import causal_depthwise_conv
 from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.ttt import ttt_linear, ttt_mlp
 
@@ -99,13 +100,6 @@ class _TTTBase(SequenceLayer):
         )
         return self.ttt_base_lr * torch.sigmoid(logits) / self.head_dim
 
-    def _conv(self, conv: nn.Conv1d, xqk: Tensor, ctx: Tensor) -> Tensor:
-        # depthwise causal conv over [previous kernel-1 inputs ; xqk], no padding
-        if xqk.shape[1] == 0:
-            return xqk
-        full = torch.cat([ctx, xqk], dim=1).unfold(1, self.conv_kernel, 1)  # [B, T, C, k]
-        return (full * conv.weight[:, 0].to(full.dtype)).sum(-1) + conv.bias.to(full.dtype)
-
     def qkv(
         self, x: Tensor, offset: int, conv_state: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
@@ -116,13 +110,8 @@ class _TTTBase(SequenceLayer):
         new_conv = None
         if self.share_qk:
             xqk = self.q_proj(x)
-            if conv_state is None:
-                conv_state = xqk.new_zeros(b, c, self.conv_kernel)
-            ctx = conv_state[:, :, 1:].transpose(1, 2).to(xqk.dtype)  # [B, k-1, C]
-            xq, xk = self._conv(self.conv_q, xqk, ctx), self._conv(self.conv_k, xqk, ctx)
-            new_conv = torch.cat([conv_state.transpose(1, 2).to(xqk.dtype), xqk], dim=1)
-            new_conv = new_conv[:, -self.conv_kernel :].transpose(1, 2)
-            new_conv = new_conv.to(torch.promote_types(new_conv.dtype, torch.float32))
+            xq, new_conv = causal_depthwise_conv(xqk, self.conv_q.weight, self.conv_q.bias, conv_state)
+            xk, _ = causal_depthwise_conv(xqk, self.conv_k.weight, self.conv_k.bias, conv_state)
         else:
             xq, xk = self.q_proj(x), self.k_proj(x)
         xv = self.v_proj(x)

@@ -1,4 +1,5 @@
-"""Import state dicts written by the reference implementations (IDSIA modern-srwm / automated-cl).
+"""Import state dicts written by the reference implementations (IDSIA modern-srwm / automated-cl;
+test-time-training/ttt-lm-pytorch).
 
 Key layout read from the reference modules (spec ``srwm_acl.md`` §1.1, §2.1–2.2): ``conv_layers.{i}.0``
 (conv) / ``.1`` (norm); ``input_proj``; ``layers.{2l}`` = SRWM sublayer with ``W_y, W_q, W_k [1,H,E,E]``,
@@ -8,11 +9,13 @@ Key layout read from the reference modules (spec ``srwm_acl.md`` §1.1, §2.1–
 
 from __future__ import annotations
 
+import re
+
 from torch import Tensor
 
 from fastweights.layers.srwm import pack_srwm_blocks
 
-__all__ = ["srwm_layer_from_reference", "in_context_from_reference"]
+__all__ = ["srwm_layer_from_reference", "in_context_from_reference", "lm_from_reference"]
 
 
 def srwm_layer_from_reference(sd: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
@@ -49,3 +52,15 @@ def in_context_from_reference(sd: dict[str, Tensor], num_layers: int) -> dict[st
             for p in ("weight", "bias"):
                 out[f"ff_layers.{layer}.{ours}.{p}"] = sd[f"{ff}{ref}.{p}"]
     return out
+
+
+def lm_from_reference(sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Map a ttt-lm-pytorch ``TTTModel`` / ``TTTForCausalLM`` state dict to
+    :class:`~fastweights.models.lm.LMBackbone` / :class:`~fastweights.models.lm.CausalLM` keys.
+
+    The only difference: the block's ``layers.{i}.seq_norm`` (the RMSNorm before the TTT layer) lives
+    inside our residual TTT sublayer as ``layers.{i}.seq_modeling_block.seq_norm``. Every other key
+    (and a ``model.`` prefix) is kept.
+    """
+    pattern = re.compile(r"^((?:model\.)?layers\.\d+\.)seq_norm\.")
+    return {pattern.sub(r"\1seq_modeling_block.seq_norm.", key): value for key, value in sd.items()}

@@ -1,0 +1,41 @@
+"""Depthwise causal 1-D convolution with an explicit state (the short convolutions of the Mamba
+backbone; TTT paper §3 / ``shared/spec/ttt_fla.md`` §1.2, §1.10, §1.13)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["causal_depthwise_conv"]
+
+
+def causal_depthwise_conv(
+    x: Tensor, weight: Tensor, bias: Tensor | None, state: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """``y_t = sum_j weight[:, 0, j] * x_{t - k + 1 + j} + bias`` over channels, causal, no padding beyond
+    the state.
+
+    Args:
+        x: ``[B, T, C]`` inputs.
+        weight: ``[C, 1, k]`` (the ``nn.Conv1d(C, C, k, groups=C)`` weight).
+        bias: ``[C]`` or ``None``.
+        state: ``[B, C, k]``: the last ``k`` inputs before ``x`` (oldest first); ``None`` = zeros
+            (start of a sequence). This is the reference's decode cache layout (spec §1.13).
+
+    Returns:
+        ``(y [B, T, C], new_state [B, C, k])``; the new state holds the last ``k`` inputs seen, in the
+        promoted dtype of ``x`` and float32 (fp32 even under autocast).
+    """
+    b, _, c = x.shape
+    k = weight.shape[-1]
+    if state is None:
+        state = x.new_zeros(b, c, k)
+    past = state.transpose(1, 2).to(x.dtype)  # [B, k, C]
+    full = torch.cat([past, x], dim=1)  # [B, k + T, C]
+    if x.shape[1] == 0:
+        return x, state
+    y = (full[:, 1:].unfold(1, k, 1) * weight[:, 0].to(x.dtype)).sum(-1)  # [B, T, C]
+    if bias is not None:
+        y = y + bias.to(x.dtype)
+    new_state = full[:, -k:].transpose(1, 2)
+    return y, new_state.to(torch.promote_types(new_state.dtype, torch.float32))

@@ -1,0 +1,411 @@
+"""Causal language model whose sequence mixers are TTT / DeltaNet / SRWM / softmax-attention layers.
+
+Architecture (Sun et al., "Learning to (Learn at Test Time)", arXiv 2407.04620, §3 and Appendix; the
+reference ``ttt.py`` of ttt-lm-pytorch, restated in ``shared/spec/ttt_fla.md`` §1.10–§1.13):
+
+- embedding → ``num_hidden_layers`` pre-norm residual blocks → final RMSNorm → ``lm_head`` (tied to the
+  embedding by default, as in the reference);
+- block: [Mamba backbone only: ``h ← h + CausalConv(RMSNorm(h))``, depthwise, kernel 4, bias]
+  → ``h ← h + Mixer(RMSNorm(h))`` → ``h ← h + SwiGLU(RMSNorm(h))``;
+- backbones: ``"transformer"`` (the mixer where attention would be) and ``"mamba"`` (TTT only: the
+  pre-conv above, shared Q/K projection with two depthwise convs, and an output gate inside the TTT
+  layer);
+- initialisation: every ``nn.Linear`` / ``nn.Embedding`` ~ N(0, ``initializer_range``), biases 0.
+
+The TTT mixers are the reference's residual form exactly (``x + TTT(RMSNorm(x))``). The library's
+other layers (:mod:`fastweights.layers`) are already pre-norm residual sublayers with their own
+LayerNorm; they are used as they are (for ``softmax_attention``: causal, Llama-style RoPE on absolute
+positions, KV cache).
+
+State dict keys equal the reference ``TTTForCausalLM`` (``model.layers.{i}.seq_modeling_block.*``,
+``model.layers.{i}.mlp.{gate,up,down}_proj``, ``model.layers.{i}.conv.{norm,conv}``, ``ffn_norm``,
+``model.norm``, ``model.embed_tokens``, ``lm_head``) except that the TTT sublayer's norm is
+``seq_modeling_block.seq_norm`` (reference: ``layers.{i}.seq_norm``); see
+:func:`fastweights.models.convert.lm_from_reference`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from fastweights.layers import SEQUENCE_LAYERS, SequenceLayer, make_sequence_layer
+from fastweights.layers.conv import causal_depthwise_conv
+from fastweights.train.io import atomic_write_bytes, atomic_write_json
+
+__all__ = [
+    "LMConfig",
+    "LM_PRESETS",
+    "LMBackbone",
+    "LMCache",
+    "CausalLM",
+    "SwiGLU",
+    "generate",
+    "BACKBONES",
+]
+
+BACKBONES = ("transformer", "mamba")
+_TTT_MIXERS = ("ttt_linear", "ttt_mlp")
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+MODEL_TYPE = "fastweights_lm"
+
+
+@dataclass
+class LMConfig:
+    """Hyper-parameters of :class:`CausalLM` (field names follow Hugging Face configs).
+
+    ``ttt_base_lr = None`` means the reference default for the mixer (1.0 for TTT-Linear, 0.1 for
+    TTT-MLP); ``mixer_options`` are extra keyword options of the mixer layer.
+    """
+
+    vocab_size: int = 256
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    intermediate_size: int = 352
+    mixer: str = "ttt_linear"
+    backbone: str = "mamba"
+    mini_batch_size: int = 16
+    ttt_base_lr: float | None = None
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    conv_kernel: int = 4
+    tie_word_embeddings: bool = True
+    initializer_range: float = 0.02
+    dropout: float = 0.0
+    mixer_options: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> LMConfig:
+        """Check every field; returns ``self``.
+
+        Raises:
+            ValueError: naming the first bad field, the expected value and what was given.
+        """
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "mini_batch_size", "conv_kernel"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size: expected a multiple of num_attention_heads={self.num_attention_heads}, "
+                f"got {self.hidden_size}"
+            )
+        if self.mixer not in SEQUENCE_LAYERS:
+            raise ValueError(f"mixer: expected one of {SEQUENCE_LAYERS}, got {self.mixer!r}")
+        if self.backbone not in BACKBONES:
+            raise ValueError(f"backbone: expected one of {BACKBONES}, got {self.backbone!r}")
+        if self.backbone == "mamba" and self.mixer not in _TTT_MIXERS:
+            raise ValueError(
+                f"backbone: 'mamba' (shared Q/K convs and gate) exists only for {_TTT_MIXERS}; "
+                f"use backbone='transformer' for mixer={self.mixer!r}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout: expected a value in [0, 1), got {self.dropout!r}")
+        for name in ("rope_theta", "rms_norm_eps", "initializer_range"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: expected > 0, got {getattr(self, name)!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with ``model_type`` (the content of ``config.json``)."""
+        return {"model_type": MODEL_TYPE, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LMConfig:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: for a different ``model_type`` or unknown keys.
+        """
+        d = dict(d)
+        model_type = d.pop("model_type", MODEL_TYPE)
+        if model_type != MODEL_TYPE:
+            raise ValueError(f"config: expected model_type {MODEL_TYPE!r}, got {model_type!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"config: unknown keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**d).validate()
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> LMConfig:
+        """A named size from :data:`LM_PRESETS` with fields overridden (e.g. ``mixer=``, ``vocab_size=``).
+
+        Raises:
+            ValueError: for an unknown preset name or a bad field.
+        """
+        if name not in LM_PRESETS:
+            raise ValueError(f"preset: expected one of {sorted(LM_PRESETS)}, got {name!r}")
+        return cls(**{**LM_PRESETS[name], **overrides}).validate()
+
+
+# The TTT paper's sizes (spec §1.11; vocab 32000 = the Llama-2 tokenizer) and CPU-sized ones.
+LM_PRESETS: dict[str, dict[str, Any]] = {
+    "125m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=2048,
+                 vocab_size=32000),
+    "350m": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=2736,
+                 vocab_size=32000),
+    "760m": dict(hidden_size=1536, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                 vocab_size=32000),
+    "1.3b": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=32, intermediate_size=5504,
+                 vocab_size=32000),
+    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=352,
+                 vocab_size=256),
+    "micro": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                  vocab_size=256),
+}
+
+
+class SwiGLU(nn.Module):
+    """``down_proj(SiLU(gate_proj(x)) * up_proj(x))``, all bias-free (Shazeer 2020; spec §1.10)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _PreConv(nn.Module):
+    """Mamba-backbone sublayer ``h + conv(RMSNorm(h))`` (depthwise causal, kernel ``k``, bias)."""
+
+    def __init__(self, hidden_size: int, kernel: int, eps: float) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(hidden_size, eps=eps)
+        self.conv = nn.Conv1d(hidden_size, hidden_size, kernel, groups=hidden_size, padding=kernel - 1)
+
+    def forward(self, h: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
+        y, state = causal_depthwise_conv(self.norm(h), self.conv.weight, self.conv.bias, state)
+        return h + y, state
+
+
+class _Block(nn.Module):
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        c, h = cfg.hidden_size, cfg.num_attention_heads
+        options: dict[str, Any] = {}
+        if cfg.mixer in _TTT_MIXERS:
+            mamba = cfg.backbone == "mamba"
+            options = dict(mini_batch_size=cfg.mini_batch_size, rope_theta=cfg.rope_theta,
+                           share_qk=mamba, use_gate=mamba, conv_kernel=cfg.conv_kernel)
+            if cfg.ttt_base_lr is not None:
+                options["ttt_base_lr"] = cfg.ttt_base_lr
+        elif cfg.mixer == "softmax_attention":
+            options = dict(rope=True, rope_theta=cfg.rope_theta)
+        if cfg.backbone == "mamba":
+            self.conv = _PreConv(c, cfg.conv_kernel, cfg.rms_norm_eps)
+        self.seq_modeling_block: SequenceLayer = make_sequence_layer(
+            cfg.mixer, c, h, dropout=cfg.dropout, **{**options, **cfg.mixer_options}
+        )
+        if cfg.mixer in _TTT_MIXERS:  # the reference's RMSNorm eps
+            self.seq_modeling_block.seq_norm.eps = cfg.rms_norm_eps
+        self.ffn_norm = nn.RMSNorm(c, eps=cfg.rms_norm_eps)
+        self.mlp = SwiGLU(c, cfg.intermediate_size)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, h: Tensor, state: tuple[Any, Tensor | None] | None) -> tuple[Tensor, tuple]:
+        mixer_state, conv_state = (None, None) if state is None else state
+        if hasattr(self, "conv"):
+            h, conv_state = self.conv(h, conv_state)
+        h, mixer_state = self.seq_modeling_block(h, mixer_state)
+        h = h + self.dropout(self.mlp(self.ffn_norm(h)))
+        return h, (mixer_state, conv_state)
+
+
+@dataclass
+class LMCache:
+    """Decode cache of :class:`CausalLM`: per block ``(mixer state, pre-conv state or None)`` and the
+    number of tokens consumed. Mixer states are the layers' own states (TTT: weights at the last
+    mini-batch boundary + accumulated gradients; attention: K/V; DeltaNet/SRWM: fast weights)."""
+
+    blocks: list[tuple[Any, Tensor | None]]
+    seen_tokens: int
+
+
+class LMBackbone(nn.Module):
+    """Embedding → blocks → final RMSNorm (the reference ``TTTModel``); returns hidden states."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.config = cfg.validate()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        *,
+        inputs_embeds: Tensor | None = None,
+        cache: LMCache | None = None,
+    ) -> tuple[Tensor, LMCache]:
+        """``input_ids [B, T]`` (int64) or ``inputs_embeds [B, T, C]`` → ``(hidden [B, T, C], cache)``.
+
+        Raises:
+            ValueError: unless exactly one of ``input_ids`` / ``inputs_embeds`` is given with the
+                expected shape, dtype and token range, or for a ``cache`` of another model/batch.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("input_ids: expected exactly one of input_ids and inputs_embeds")
+        if input_ids is not None:
+            _check_ids(input_ids, self.config.vocab_size)
+            h = self.embed_tokens(input_ids)
+        else:
+            assert inputs_embeds is not None
+            h = inputs_embeds
+        if cache is not None and (not isinstance(cache, LMCache) or len(cache.blocks) != len(self.layers)):
+            raise ValueError(
+                f"cache: expected an LMCache returned by this model ({len(self.layers)} blocks), got "
+                f"{type(cache).__name__}"
+            )
+        states = [None] * len(self.layers) if cache is None else cache.blocks
+        new_states = []
+        for block, state in zip(self.layers, states, strict=True):
+            h, state = block(h, state)
+            new_states.append(state)
+        seen = (0 if cache is None else cache.seen_tokens) + h.shape[1]
+        return self.norm(h), LMCache(new_states, seen)
+
+
+def _check_ids(ids: Tensor, vocab_size: int) -> None:
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
+        got = f"{list(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(f"input_ids: expected an int64 tensor [B, T], got {got}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(
+            f"input_ids: expected token ids in [0, {vocab_size}), got range "
+            f"[{int(ids.min())}, {int(ids.max())}]"
+        )
+
+
+class CausalLM(nn.Module):
+    """Language model: :class:`LMBackbone` + ``lm_head`` (the reference ``TTTForCausalLM``).
+
+    ``logits, cache = model(input_ids [B, T], cache=None)``; logits are float32 ``[B, T, vocab]``
+    (upcast as in the reference). Passing the returned cache continues the sequences exactly:
+    prefill then one token at a time gives the logits of one call over the whole sequence.
+    """
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.config = cfg.validate()
+        self.model = LMBackbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, self.config.initializer_range)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: Tensor, cache: LMCache | None = None) -> tuple[Tensor, LMCache]:
+        """See the class docstring. Raises ``ValueError`` for bad ``input_ids`` or ``cache``."""
+        h, cache = self.model(input_ids, cache=cache)
+        return self.lm_head(h).float(), cache
+
+    def num_parameters(self) -> int:
+        """Number of distinct parameters (a tied embedding counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Write ``config.json`` and ``model.safetensors`` (a tied ``lm_head`` is stored once)
+        atomically into ``folder`` (created if needed)."""
+        from safetensors.torch import save
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        sd = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        if self.config.tie_word_embeddings:
+            sd.pop("lm_head.weight")
+        atomic_write_bytes(folder / WEIGHTS_FILE, save(sd, metadata={"format": "pt"}))
+        atomic_write_json(folder / CONFIG_FILE, self.config.to_dict())
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, map_location: str | torch.device = "cpu") -> CausalLM:
+        """Inverse of :meth:`save_pretrained`.
+
+        Raises:
+            FileNotFoundError: if ``folder`` lacks ``config.json`` or ``model.safetensors``.
+            ValueError: for a config or weights that do not match.
+        """
+        from safetensors.torch import load
+
+        folder = Path(folder)
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(
+                    f"folder: expected {folder}/{name} (a folder written by CausalLM.save_pretrained "
+                    f"holds {CONFIG_FILE} and {WEIGHTS_FILE})"
+                )
+        cfg = LMConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
+        model = cls(cfg)
+        sd = load((folder / WEIGHTS_FILE).read_bytes())
+        if cfg.tie_word_embeddings:
+            sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+        try:
+            model.load_state_dict(sd)
+        except RuntimeError as err:
+            raise ValueError(f"{folder / WEIGHTS_FILE}: weights do not match {CONFIG_FILE}: {err}") from None
+        if cfg.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        return model.to(map_location)
+
+
+@torch.no_grad()
+def generate(
+    model: CausalLM,
+    input_ids: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Prefill ``input_ids [B, T]`` (T ≥ 1) with one call, then decode ``max_new_tokens`` tokens one at a
+    time with the cache. ``temperature = 0`` is greedy decoding; ``top_k`` keeps the ``k`` most likely
+    tokens before sampling. Returns ``[B, T + max_new_tokens]`` int64 (prompt included).
+
+    Raises:
+        ValueError: for an empty prompt, ``max_new_tokens < 0``, ``temperature < 0`` or ``top_k < 1``.
+    """
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids: expected a non-empty prompt [B, T >= 1], got {list(input_ids.shape)}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens: expected >= 0, got {max_new_tokens}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature: expected >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k: expected None or >= 1, got {top_k}")
+    was_training = model.training
+    model.eval()
+    out = [input_ids]
+    logits, cache = model(input_ids)
+    for i in range(max_new_tokens):
+        last = logits[:, -1]
+        if temperature == 0:
+            token = last.argmax(dim=-1)
+        else:
+            last = last / temperature
+            if top_k is not None and top_k < last.shape[-1]:
+                kth = last.topk(top_k, dim=-1).values[:, -1:]
+                last = last.masked_fill(last < kth, -math.inf)
+            token = torch.multinomial(torch.softmax(last, dim=-1), 1, generator=generator)[:, 0]
+        out.append(token[:, None])
+        if i + 1 < max_new_tokens:
+            logits, cache = model(token[:, None], cache)
+    model.train(was_training)
+    return torch.cat(out, dim=1)

@@ -1,0 +1,192 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fastweights.models.convert import lm_from_reference
+from fastweights.models.lm import CausalLM, LMBackbone, LMCache, LMConfig, generate
+from tests.conftest import load_golden
+
+# pure float64 vs the reference's fp32 RMSNorm islands: ~1e-7 relative (shared/golden/README.md)
+RTOL = 2e-6
+
+
+def _golden_model(name):
+    d = load_golden(f"ttt/ttt_model_{name}_M_2layer.pt")
+    c = {k: v.item() for k, v in d["config"].items()}
+    cfg = LMConfig(
+        vocab_size=c["vocab_size"],
+        hidden_size=c["hidden_size"],
+        num_hidden_layers=c["num_hidden_layers"],
+        num_attention_heads=c["num_attention_heads"],
+        intermediate_size=c["intermediate_size"],
+        mixer=f"ttt_{name}",
+        backbone="mamba",
+        mini_batch_size=c["mini_batch_size"],
+        ttt_base_lr=c["ttt_base_lr"],
+        rope_theta=c["rope_theta"],
+        rms_norm_eps=c["rms_norm_eps"],
+        conv_kernel=c["conv_kernel"],
+    )
+    model = LMBackbone(cfg).double()
+    model.load_state_dict(lm_from_reference(d["state_dict"]))  # strict
+    return model, d
+
+
+def _close(ours, ref, rtol=RTOL):
+    scale = float(ref.abs().max()) or 1.0
+    assert float((ours.detach() - ref).abs().max()) <= rtol * scale
+
+
+@pytest.mark.parametrize("name", ["linear", "mlp"])
+def test_golden_model_outputs_and_gradients(name):
+    model, d = _golden_model(name)
+    x = d["inputs_embeds"].clone().requires_grad_(True)
+    y, cache = model(inputs_embeds=x)
+    _close(y, d["output"])
+    assert cache.seen_tokens == x.shape[1]
+    (y * d["grad_out_weight"]).sum().backward()
+    _close(x.grad, d["grad_input"])
+    params = dict(model.named_parameters())
+    for ref_key, ref in lm_from_reference(d["grads"]).items():
+        _close(params[ref_key].grad, ref, rtol=2e-5 if ref.abs().max() < 1e-3 else RTOL)
+    assert params["embed_tokens.weight"].grad is None
+
+
+@pytest.mark.parametrize("name", ["linear", "mlp"])
+def test_golden_model_prefill_then_decode(name):
+    model, d = _golden_model(name)
+    dec, x = d["decode"], d["inputs_embeds"]
+    n = int(dec["prefill_len"])
+    with torch.no_grad():
+        y, cache = model(inputs_embeds=x[:, :n])
+        _close(y, dec["prefill_output"])
+        outs = []
+        for t in range(n, x.shape[1]):
+            o, cache = model(inputs_embeds=x[:, t : t + 1], cache=cache)
+            outs.append(o)
+    _close(torch.cat(outs, 1), dec["decode_outputs"])
+    ref = dec["cache_final"]
+    for i, (mixer_state, conv_state) in enumerate(cache.blocks):
+        for key in ("W1_states", "W1_grad", "b1_states", "b1_grad"):
+            _close(mixer_state[key], ref[f"layer{i}.{key}"])
+        _close(conv_state, ref[f"layer{i}.conv_state.pre_conv"])
+        _close(mixer_state["conv_qk"], ref[f"layer{i}.conv_state.ttt_conv_q"])
+
+
+MIXERS = [
+    ("ttt_linear", "mamba"),
+    ("ttt_linear", "transformer"),
+    ("ttt_mlp", "mamba"),
+    ("softmax_attention", "transformer"),
+    ("deltanet", "transformer"),
+    ("srwm", "transformer"),
+]
+
+
+def _micro(mixer, backbone, **kw):
+    cfg = LMConfig.preset("micro", mixer=mixer, backbone=backbone, mini_batch_size=4, **kw)
+    return CausalLM(cfg).double().eval()
+
+
+@pytest.mark.parametrize("prompt", [1, 5, 9])
+@pytest.mark.parametrize(("mixer", "backbone"), MIXERS)
+def test_prefill_then_decode_equals_full_forward(mixer, backbone, prompt):
+    torch.manual_seed(1)
+    model = _micro(mixer, backbone)
+    ids = torch.randint(0, 256, (2, 14))
+    with torch.no_grad():
+        full, _ = model(ids)
+        logits, cache = model(ids[:, :prompt])
+        steps = [logits]
+        for t in range(prompt, ids.shape[1]):
+            logits, cache = model(ids[:, t : t + 1], cache)
+            steps.append(logits)
+    assert cache.seen_tokens == ids.shape[1]
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-10)
+
+
+def test_gradcheck_tiny_mamba_ttt_model():
+    torch.manual_seed(2)
+    model = LMBackbone(
+        LMConfig.preset("micro", hidden_size=8, intermediate_size=8, mini_batch_size=2)
+    ).double()
+    x = torch.randn(1, 5, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda z: model(inputs_embeds=z)[0], (x,))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_save_pretrained_round_trip(tmp_path, tied):
+    model = _micro("ttt_mlp", "mamba", tie_word_embeddings=tied).float()
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "fastweights_lm"
+    loaded = CausalLM.from_pretrained(tmp_path)
+    assert loaded.config == model.config
+    ids = torch.randint(0, 256, (1, 7))
+    torch.testing.assert_close(loaded(ids)[0], model(ids)[0], rtol=0, atol=0)
+    assert (loaded.lm_head.weight is loaded.model.embed_tokens.weight) == tied
+
+
+def test_from_pretrained_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        CausalLM.from_pretrained(tmp_path)
+    _micro("deltanet", "transformer").save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64}))
+    with pytest.raises(ValueError, match="do not match"):
+        CausalLM.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "hidden_sise": 64}))
+    with pytest.raises(ValueError, match="unknown keys"):
+        CausalLM.from_pretrained(tmp_path)
+
+
+# spec ttt_fla.md §1.11 (instantiated on the meta device, tied embeddings)
+PAPER_PARAMS = {
+    ("125m", "ttt_linear"): 110.4e6,
+    ("125m", "ttt_mlp"): 114.6e6,
+    ("350m", "ttt_linear"): 337.7e6,
+    ("760m", "ttt_mlp"): 758.5e6,
+    ("1.3b", "ttt_linear"): 1285.6e6,
+}
+
+
+@pytest.mark.parametrize(("size", "mixer"), list(PAPER_PARAMS))
+def test_paper_presets_have_the_paper_parameter_counts(size, mixer):
+    with torch.device("meta"):
+        model = CausalLM(LMConfig.preset(size, mixer=mixer))
+    assert model.num_parameters() == pytest.approx(PAPER_PARAMS[size, mixer], rel=1e-3)
+
+
+def test_generate_greedy_and_seeded_sampling():
+    model = _micro("ttt_linear", "mamba").float()
+    prompt = torch.randint(0, 256, (2, 6))
+    a = generate(model, prompt, 9, temperature=0)
+    assert a.shape == (2, 15) and torch.equal(a[:, :6], prompt)
+    assert torch.equal(a, generate(model, prompt, 9, temperature=0))
+    # greedy continuation equals argmax of a full forward over the generated text
+    full, _ = model(a[:, :-1])
+    torch.testing.assert_close(full[:, 5:].argmax(-1), a[:, 6:], rtol=0, atol=0)
+    s1 = generate(model, prompt, 9, top_k=5, generator=torch.Generator().manual_seed(3))
+    s2 = generate(model, prompt, 9, top_k=5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(s1, s2)
+    assert torch.equal(generate(model, prompt, 0), prompt)
+
+
+def test_bad_inputs_name_the_argument():
+    model = _micro("deltanet", "transformer")
+    with pytest.raises(ValueError, match="input_ids"):
+        model(torch.randn(2, 3))
+    with pytest.raises(ValueError, match=r"token ids in \[0, 256\)"):
+        model(torch.tensor([[0, 256]]))
+    with pytest.raises(ValueError, match="cache"):
+        model(torch.tensor([[1]]), cache=LMCache([], 0))
+    with pytest.raises(ValueError, match="input_ids"):
+        generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="backbone"):
+        LMConfig(mixer="deltanet", backbone="mamba").validate()
+    with pytest.raises(ValueError, match="hidden_size"):
+        LMConfig(hidden_size=30, num_attention_heads=4).validate()
+    with pytest.raises(ValueError, match="preset"):
+        LMConfig.preset("7b")
