@@ -43,23 +43,51 @@ def _parser() -> argparse.ArgumentParser:
         ("fewshot", "N-way K-shot in-context learning with synchronous labels (SRWM paper §4.1)"),
         ("sequential", "delayed-label sequential multi-task in-context learning (SRWM paper §4.2)"),
     ):
-        _add_icl_recipe(recipes, name, what)
+        _add_recipe(recipes, name, what)
+    verbs = _add_recipe(
+        recipes,
+        "lm",
+        "byte-level language modelling with TTT / attention / DeltaNet / SRWM mixers (TTT paper)",
+        compare_flag="--mixers",
+        compare_example="ttt_linear,ttt_mlp,softmax_attention,deltanet",
+        preset="tiny",
+    )
+    ge = verbs.add_parser("generate", help="continue a prompt with a trained model (prefill + cached decode)")
+    ge.add_argument("run_dir", type=Path, help="a run folder or an `lm export` folder")
+    ge.add_argument("--prompt", required=True)
+    ge.add_argument("--max-new-tokens", type=int, default=200, help="bytes to generate (default 200)")
+    ge.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    ge.add_argument("--top-k", type=int, default=None)
+    ge.add_argument("--seed", type=int, default=0)
+    ge.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    ex = verbs.add_parser("export", help="config.json + model.safetensors (CausalLM.from_pretrained)")
+    ex.add_argument("run_dir", type=Path)
+    ex.add_argument("out_dir", type=Path)
+    ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     return p
 
 
-def _add_icl_recipe(recipes: argparse._SubParsersAction, name: str, what: str) -> None:
+def _add_recipe(
+    recipes: argparse._SubParsersAction,
+    name: str,
+    what: str,
+    *,
+    compare_flag: str = "--models",
+    compare_example: str = "srwm,deltanet,lstm",
+    preset: str = "quick",
+) -> argparse._SubParsersAction:
     rp = recipes.add_parser(name, help=what)
     verbs = rp.add_subparsers(dest="verb", required=True)
-    tr = verbs.add_parser("train", help="meta-train a model (writes config, metrics, checkpoints)")
+    tr = verbs.add_parser("train", help="train a model (writes config, metrics, checkpoints)")
     tr.add_argument(
-        "--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path (default: quick)"
+        "--preset", default=preset, help=f"configs/{name}/<preset>.yaml or a YAML path (default: {preset})"
     )
     tr.add_argument(
         "--run-dir", type=Path, default=None, help=f"output folder (default runs/{name}-<preset>)"
     )
     tr.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     tr.add_argument("--eval", action="store_true", help="evaluate the best checkpoint after training")
-    tr.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.k_shot=5")
+    tr.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.max_steps=100")
     ev = verbs.add_parser("eval", help="evaluate a run folder (results.json, report.md, plots/)")
     ev.add_argument("run_dir", type=Path)
     ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
@@ -67,23 +95,40 @@ def _add_icl_recipe(recipes: argparse._SubParsersAction, name: str, what: str) -
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.episodes=200")
     co = verbs.add_parser("compare", help="train + evaluate one run per sequence layer; one table + plot")
     co.add_argument(
-        "--models", required=True, help="comma-separated sequence layers, e.g. srwm,deltanet,lstm"
+        compare_flag,
+        *(["--models"] if compare_flag != "--models" else []),
+        dest="models",
+        required=True,
+        help=f"comma-separated sequence layers, e.g. {compare_example}",
     )
     co.add_argument(
-        "--preset", default="quick", help=f"configs/{name}/<preset>.yaml or a YAML path (default: quick)"
+        "--preset", default=preset, help=f"configs/{name}/<preset>.yaml or a YAML path (default: {preset})"
     )
     co.add_argument("--run-root", type=Path, default=None, help=f"default runs/{name}-compare-<preset>")
     co.add_argument("overrides", nargs="*", help="key=value overrides applied to every model's run")
+    return verbs
 
 
-def _run_icl(args: argparse.Namespace) -> None:
+def _run_recipe(args: argparse.Namespace) -> None:
     from fastweights.config import load_config, preset_path
     from fastweights.recipes import compare as cmp
     from fastweights.recipes.common import command_line
-    from fastweights.recipes.compare import _recipe
 
-    module, cfg_cls = _recipe(args.recipe)
-    if args.verb == "train":
+    module, cfg_cls = cmp.recipe_module(args.recipe)
+    if args.verb == "generate":
+        text = module.generate_text(
+            args.run_dir,
+            args.prompt,
+            args.max_new_tokens,
+            which=args.checkpoint,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+        )
+        print(text)
+    elif args.verb == "export":
+        print(f"exported {module.export(args.run_dir, args.out_dir, which=args.checkpoint)}")
+    elif args.verb == "train":
         path = preset_path(args.recipe, args.preset)
         cfg = load_config(cfg_cls, path, args.overrides)
         run_dir = args.run_dir or Path("runs") / f"{args.recipe}-{path.stem}"
@@ -119,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.recipe != "acl":
-        return _guarded(lambda: _run_icl(args))
+        return _guarded(lambda: _run_recipe(args))
     return _guarded(lambda: _run_acl(args))
 
 

@@ -51,7 +51,7 @@ __all__ = [
     "BACKBONES",
 ]
 
-BACKBONES = ("transformer", "mamba")
+BACKBONES = ("auto", "transformer", "mamba")
 _TTT_MIXERS = ("ttt_linear", "ttt_mlp")
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 MODEL_TYPE = "fastweights_lm"
@@ -61,8 +61,9 @@ MODEL_TYPE = "fastweights_lm"
 class LMConfig:
     """Hyper-parameters of :class:`CausalLM` (field names follow Hugging Face configs).
 
-    ``ttt_base_lr = None`` means the reference default for the mixer (1.0 for TTT-Linear, 0.1 for
-    TTT-MLP); ``mixer_options`` are extra keyword options of the mixer layer.
+    ``backbone = "auto"`` is ``"mamba"`` for the TTT mixers (the paper's (M) models) and
+    ``"transformer"`` for the others; ``ttt_base_lr = None`` means the reference default for the mixer
+    (1.0 for TTT-Linear, 0.1 for TTT-MLP); ``mixer_options`` are extra keyword options of the mixer layer.
     """
 
     vocab_size: int = 256
@@ -71,7 +72,7 @@ class LMConfig:
     num_attention_heads: int = 4
     intermediate_size: int = 352
     mixer: str = "ttt_linear"
-    backbone: str = "mamba"
+    backbone: str = "auto"
     mini_batch_size: int = 16
     ttt_base_lr: float | None = None
     rope_theta: float = 10000.0
@@ -88,8 +89,15 @@ class LMConfig:
         Raises:
             ValueError: naming the first bad field, the expected value and what was given.
         """
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "mini_batch_size", "conv_kernel"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "mini_batch_size",
+            "conv_kernel",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
@@ -113,6 +121,13 @@ class LMConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: expected > 0, got {getattr(self, name)!r}")
         return self
+
+    @property
+    def resolved_backbone(self) -> str:
+        """``backbone`` with ``"auto"`` resolved (``"mamba"`` for TTT mixers, else ``"transformer"``)."""
+        if self.backbone != "auto":
+            return self.backbone
+        return "mamba" if self.mixer in _TTT_MIXERS else "transformer"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with ``model_type`` (the content of ``config.json``)."""
@@ -149,18 +164,40 @@ class LMConfig:
 
 # The TTT paper's sizes (spec §1.11; vocab 32000 = the Llama-2 tokenizer) and CPU-sized ones.
 LM_PRESETS: dict[str, dict[str, Any]] = {
-    "125m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=2048,
-                 vocab_size=32000),
-    "350m": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=2736,
-                 vocab_size=32000),
-    "760m": dict(hidden_size=1536, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                 vocab_size=32000),
-    "1.3b": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=32, intermediate_size=5504,
-                 vocab_size=32000),
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=352,
-                 vocab_size=256),
-    "micro": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                  vocab_size=256),
+    "125m": dict(
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=2048,
+        vocab_size=32000,
+    ),
+    "350m": dict(
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=2736,
+        vocab_size=32000,
+    ),
+    "760m": dict(
+        hidden_size=1536,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+        vocab_size=32000,
+    ),
+    "1.3b": dict(
+        hidden_size=2048,
+        num_hidden_layers=24,
+        num_attention_heads=32,
+        intermediate_size=5504,
+        vocab_size=32000,
+    ),
+    "tiny": dict(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=352, vocab_size=256
+    ),
+    "micro": dict(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=256
+    ),
 }
 
 
@@ -196,14 +233,19 @@ class _Block(nn.Module):
         c, h = cfg.hidden_size, cfg.num_attention_heads
         options: dict[str, Any] = {}
         if cfg.mixer in _TTT_MIXERS:
-            mamba = cfg.backbone == "mamba"
-            options = dict(mini_batch_size=cfg.mini_batch_size, rope_theta=cfg.rope_theta,
-                           share_qk=mamba, use_gate=mamba, conv_kernel=cfg.conv_kernel)
+            mamba = cfg.resolved_backbone == "mamba"
+            options = dict(
+                mini_batch_size=cfg.mini_batch_size,
+                rope_theta=cfg.rope_theta,
+                share_qk=mamba,
+                use_gate=mamba,
+                conv_kernel=cfg.conv_kernel,
+            )
             if cfg.ttt_base_lr is not None:
                 options["ttt_base_lr"] = cfg.ttt_base_lr
         elif cfg.mixer == "softmax_attention":
             options = dict(rope=True, rope_theta=cfg.rope_theta)
-        if cfg.backbone == "mamba":
+        if cfg.resolved_backbone == "mamba":
             self.conv = _PreConv(c, cfg.conv_kernel, cfg.rms_norm_eps)
         self.seq_modeling_block: SequenceLayer = make_sequence_layer(
             cfg.mixer, c, h, dropout=cfg.dropout, **{**options, **cfg.mixer_options}

@@ -224,16 +224,25 @@ def load_run(
     return cfg, state
 
 
-def run_summary(cfg: Any, run_dir: Path, state: dict[str, Any], which: str, command: str | None) -> dict:
+def run_summary(
+    cfg: Any,
+    run_dir: Path,
+    state: dict[str, Any],
+    which: str,
+    command: str | None,
+    *,
+    model_name: str | None = None,
+) -> dict:
     """The ``"run"`` section of ``results.json``: ``steps``/``train_minutes`` of the evaluated
-    checkpoint and ``trained_steps`` = the last step logged in ``metrics.jsonl``."""
+    checkpoint, ``trained_steps`` = the last step logged in ``metrics.jsonl`` and ``sequence_layer`` =
+    ``model_name`` (default ``cfg.model.sequence_layer``)."""
     cmd = run_dir / "command.txt"
     log = run_dir / "metrics.jsonl"
     records = read_jsonl(log) if log.exists() else []
     return {
         "preset": cfg.name,
         "run_dir": str(run_dir),
-        "sequence_layer": cfg.model.sequence_layer,
+        "sequence_layer": model_name or cfg.model.sequence_layer,
         "checkpoint": which,
         "steps": state["step"],
         "train_minutes": state["elapsed_seconds"] / 60,

@@ -35,7 +35,17 @@ from fastweights.recipes.fewshot_config import FewShotConfig
 from fastweights.recipes.report import plot_learning_curves
 from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
 
-__all__ = ["train", "evaluate", "build_model", "write_fewshot_report"]
+__all__ = [
+    "train",
+    "evaluate",
+    "build_model",
+    "write_fewshot_report",
+    "MODEL_KEY",
+    "comparison_table",
+    "plot_comparison",
+]
+
+MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 log = logging.getLogger(__name__)
 
@@ -213,3 +223,40 @@ def write_fewshot_report(results: dict[str, Any], run_dir: Path, out_dir: Path) 
     path = out_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of ``compare``: one row per sequence layer."""
+    fs = next(iter(results.values()))["fewshot"]
+    header = ["model", "steps", "train min", f"{fs['n_way']}-way {fs['k_shot']}-shot accuracy (%)"]
+    rows = []
+    for name, res in results.items():
+        run, f = res["run"], res["fewshot"]
+        rows.append(
+            [
+                name,
+                run["steps"],
+                f"{run['train_minutes']:.1f}",
+                f"{100 * f['accuracy']:.2f} ± {100 * f['ci95']:.2f}",
+            ]
+        )
+    return header, rows
+
+
+def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
+    """``run_root/comparison.png``: meta-test accuracy ± 95% CI per sequence layer."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.0, 3.5))
+    ax = fig.subplots()
+    names = list(results)
+    acc = [100 * results[m]["fewshot"]["accuracy"] for m in names]
+    ci = [100 * results[m]["fewshot"]["ci95"] for m in names]
+    ax.bar(names, acc, yerr=ci, capsize=4, color="tab:blue")
+    fs = next(iter(results.values()))["fewshot"]
+    ax.set_ylabel("meta-test accuracy (%)")
+    ax.set_title(f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot")
+    ax.grid(axis="y", alpha=0.3)
+    tmp = Path(run_root) / "comparison.tmp.png"
+    fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    tmp.replace(Path(run_root) / "comparison.png")

@@ -41,7 +41,18 @@ from fastweights.recipes.common import (
 from fastweights.recipes.fewshot_config import SequentialConfig
 from fastweights.train.io import atomic_write_json, atomic_write_text
 
-__all__ = ["train", "evaluate", "build_model", "plot_occurrence_curves", "write_sequential_report"]
+__all__ = [
+    "train",
+    "evaluate",
+    "build_model",
+    "plot_occurrence_curves",
+    "write_sequential_report",
+    "MODEL_KEY",
+    "comparison_table",
+    "plot_comparison",
+]
+
+MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 
 def build_model(cfg: SequentialConfig) -> InContextClassifier:
@@ -276,3 +287,28 @@ def write_sequential_report(results: dict[str, Any], out_dir: Path) -> Path:
     path = out_dir / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of ``compare``: per order, overall accuracy and first-occurrence accuracies."""
+    header = ["model", "steps", "train min"]
+    for key in next(iter(results.values()))["sequential"]["orders"]:
+        header += [f"{key}: overall (%)", f"{key}: 1st occurrence T1 / T2 (%)"]
+    rows = []
+    for name, res in results.items():
+        run = res["run"]
+        cells: list[Any] = [name, run["steps"], f"{run['train_minutes']:.1f}"]
+        for order in res["sequential"]["orders"].values():
+            firsts = [f"{100 * (o.get(1, o.get('1'))):.1f}" for o in order["by_occurrence"]]
+            cells += [f"{100 * order['accuracy']:.2f} ± {100 * order['ci95']:.2f}", " / ".join(firsts)]
+        rows.append(cells)
+    return header, rows
+
+
+def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
+    """``run_root/comparison_<order>.png``: accuracy by occurrence, one curve per sequence layer."""
+    first = next(iter(results.values()))
+    for key in first["sequential"]["orders"]:
+        curves = {m: r["sequential"]["orders"][key] for m, r in results.items()}
+        slug = key.replace(" -> ", "_to_")
+        plot_occurrence_curves(curves, Path(run_root) / f"comparison_{slug}.png", title=key)

@@ -45,6 +45,7 @@ class LoopSettings:
     val_every_steps: int = 100
     checkpoint_every_steps: int = 100
     grad_clip: float = 0.0  # max gradient norm; 0 = off
+    tensorboard: bool = False  # also write TensorBoard scalars to run_dir/tensorboard
 
 
 def numpy_rng_state(rng: np.random.Generator) -> tuple[Callable[[], Any], Callable[[Any], None]]:
@@ -76,6 +77,7 @@ def fit(
     validate_fn: Callable[[], dict[str, float]],
     settings: LoopSettings,
     objective: str,
+    minimize: bool = False,
     resume: bool = False,
     extra_state: StateAccessors | None = None,
     metadata: dict[str, Any] | None = None,
@@ -89,7 +91,8 @@ def fit(
         run_dir: folder for ``checkpoints/`` and ``metrics.jsonl``.
         step_fn: ``step_fn(step)`` → ``(loss, info)``; ``info`` scalars go into the log records and
             the keys named in ``postfix`` into the progress bar.
-        validate_fn: returns the validation scalars; must contain ``objective`` (higher is better).
+        validate_fn: returns the validation scalars; must contain ``objective`` (higher is better, or
+            lower with ``minimize=True``).
         extra_state: ``{name: (get, set)}`` recipe state saved in checkpoints and restored on resume
             (e.g. an episode sampler's random generator).
         metadata: saved as is in every checkpoint (e.g. the config as a dict).
@@ -104,6 +107,7 @@ def fit(
     s = settings
     ckpt = CheckpointManager(Path(run_dir))
     extra_state = extra_state or {}
+    sign = -1.0 if minimize else 1.0  # ``best`` is stored as sign * objective (higher is better)
     step, elapsed, best = 0, 0.0, -math.inf
     last_val: dict[str, Any] = {}
     state = ckpt.load("latest", map_location=map_location) if resume else None
@@ -146,6 +150,11 @@ def fit(
         dynamic_ncols=True,
         mininterval=0.5 if sys.stderr.isatty() else 30.0,  # keep redirected logs small
     )
+    writer = None
+    if s.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=step if resume else None)
     loss_ema = None
     model.train()
     try:
@@ -163,6 +172,9 @@ def fit(
             elapsed = time.monotonic() - start
             loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
             bar.update(1)
+            if writer is not None:
+                writer.add_scalar("train/loss", loss.item(), step)
+                writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
             shown = {k: info[k] for k in postfix if k in info}
             bar.set_postfix(loss=f"{loss_ema:.3f}", **shown, val=last_val.get(objective, float("nan")))
             done = step >= s.max_steps or time.monotonic() - start >= budget
@@ -179,8 +191,11 @@ def fit(
                     **last_val,
                 )
                 bar.set_postfix(loss=f"{loss_ema:.3f}", **shown, val=last_val[objective])
-                is_best = last_val[objective] > best
-                best = max(best, last_val[objective])
+                if writer is not None:
+                    for key, value in last_val.items():
+                        writer.add_scalar(f"val/{key}", value, step)
+                is_best = sign * last_val[objective] > best
+                best = max(best, sign * last_val[objective])
                 save(is_best)
             elif step % s.checkpoint_every_steps == 0:
                 save(False)
@@ -188,8 +203,12 @@ def fit(
         elapsed = time.monotonic() - start
         save(False)
         bar.close()
+        if writer is not None:
+            writer.close()
         log.warning("interrupted at step %d; resume with --resume", step)
         raise
     bar.close()
     logger.close()
+    if writer is not None:
+        writer.close()
     return {"step": step, "minutes": elapsed / 60, **last_val}

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-__all__ = ["lr_multiplier"]
+__all__ = ["lr_multiplier", "warmup_cosine"]
 
 
 def lr_multiplier(
@@ -27,3 +28,26 @@ def lr_multiplier(
         w = max(1, warmup_steps)
         return lambda step: d_model**-0.5 * min((step + 1) ** -0.5, (step + 1) * w**-1.5) / base_lr
     raise ValueError(f"schedule: expected 'constant' or 'noam', got {schedule!r}")
+
+
+def warmup_cosine(*, warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear warm-up from 0 over ``warmup_steps``, then cosine decay to ``min_ratio`` at ``total_steps``
+    (then constant): the TTT paper's schedule (spec ``ttt_fla.md`` §1.12; ``min_ratio = min_lr / lr``).
+    The multiplier for optimiser step ``s`` (0-based) is evaluated at ``s + 1``.
+
+    Raises:
+        ValueError: for ``warmup_steps < 0``, ``total_steps < 1`` or ``min_ratio`` outside ``[0, 1]``.
+    """
+    if warmup_steps < 0 or total_steps < 1:
+        raise ValueError(f"warmup_steps/total_steps: expected >= 0 / >= 1, got {warmup_steps}/{total_steps}")
+    if not 0.0 <= min_ratio <= 1.0:
+        raise ValueError(f"min_ratio: expected a value in [0, 1], got {min_ratio}")
+
+    def mult(step: int) -> float:
+        s = step + 1
+        if s <= warmup_steps:
+            return s / warmup_steps
+        progress = min(1.0, (s - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return mult

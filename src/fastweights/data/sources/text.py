@@ -72,7 +72,10 @@ def decode(ids: torch.Tensor | Sequence[int]) -> str:
     Invalid UTF-8 is decoded with ``errors="replace"`` (U+FFFD). Raises ``ValueError`` naming ``ids``
     when it is not 1-D, not integer, or holds a value outside ``[0, 255]``.
     """
-    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.int64)
+    try:
+        t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.int64)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as err:
+        raise ValueError(f"ids: expected a tensor or sequence of byte ids in [0, 255] ({err})") from err
     if t.dim() != 1:
         raise ValueError(f"ids: expected a 1-D sequence of byte ids, given shape {tuple(t.shape)}")
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
@@ -269,15 +272,18 @@ def sample_windows(
     """``batch_size`` windows of ``seq_len + 1`` consecutive bytes at uniform random start offsets.
 
     ``data``: 1-D integer (uint8) tensor. Returns int64 ``[batch_size, seq_len + 1]`` on ``data``'s
-    device: inputs are ``[:, :-1]``, targets ``[:, 1:]``. Start offsets are drawn with ``generator`` (a
-    CPU generator), so a seeded generator gives the same batch. Raises ``ValueError`` naming the
+    device: inputs are ``[:, :-1]``, targets ``[:, 1:]``. Start offsets are drawn with ``generator`` (on
+    any device), so a seeded generator gives the same batch. Raises ``ValueError`` naming the
     argument for a bad ``data``/``seq_len``/``batch_size`` or when ``data`` is shorter than
     ``seq_len + 1``.
     """
     _check_windows(data, seq_len)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected an int >= 1, given {batch_size!r}")
-    starts = torch.randint(0, data.numel() - seq_len, (batch_size,), generator=generator)
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator: expected a torch.Generator, given {type(generator).__name__}")
+    n_starts = data.numel() - seq_len
+    starts = torch.randint(0, n_starts, (batch_size,), generator=generator, device=generator.device)
     idx = starts.to(data.device)[:, None] + torch.arange(seq_len + 1, device=data.device)
     return data[idx].to(torch.int64)
 

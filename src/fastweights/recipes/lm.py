@@ -1,0 +1,386 @@
+"""Recipe ``lm``: byte-level causal language modelling with TTT / attention / DeltaNet / SRWM mixers
+(Sun et al., arXiv 2407.04620; spec ``ttt_fla.md`` §1.10–§1.14, §2).
+
+``train`` → ``run_dir/{config.yaml, command.txt, metrics.jsonl, tensorboard/, checkpoints/}``;
+``evaluate`` → ``results.json``, ``report.md``, ``plots/loss_by_position.png`` (bits per byte by token
+position: does the loss keep falling later in the context?); ``generate`` samples text;
+``export`` writes a ``save_pretrained`` folder.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+from tqdm.auto import tqdm
+
+from fastweights.data.sources.text import (
+    VOCAB_SIZE,
+    decode,
+    encode,
+    eval_windows,
+    load_corpus,
+    sample_windows,
+    split_corpus,
+)
+from fastweights.models.lm import CausalLM, generate
+from fastweights.recipes.common import (
+    command_markdown,
+    load_trained,
+    run_summary,
+    start_run,
+)
+from fastweights.recipes.lm_config import LMRecipeConfig
+from fastweights.recipes.report import md_table
+from fastweights.train.io import atomic_write_json, atomic_write_text
+from fastweights.train.loop import LoopSettings, fit
+from fastweights.train.schedules import warmup_cosine
+
+__all__ = [
+    "build_model",
+    "train",
+    "evaluate",
+    "generate_text",
+    "export",
+    "load_splits",
+    "position_losses",
+    "MODEL_KEY",
+    "comparison_table",
+    "plot_comparison",
+]
+
+MODEL_KEY = "model.mixer"  # what `compare` varies
+LN2 = math.log(2.0)
+
+
+def build_model(cfg: LMRecipeConfig) -> CausalLM:
+    """The :class:`CausalLM` of ``cfg.model`` (byte-level: ``model.vocab_size`` must be 256).
+
+    Raises:
+        ValueError: for another vocabulary size or a bad model field.
+    """
+    if cfg.model.vocab_size != VOCAB_SIZE:
+        raise ValueError(
+            f"model.vocab_size: expected {VOCAB_SIZE} (byte-level tokens), got {cfg.model.vocab_size}"
+        )
+    return CausalLM(cfg.model)
+
+
+def load_splits(cfg: LMRecipeConfig) -> tuple[str, dict[str, torch.Tensor]]:
+    """``(corpus name, {"train", "valid", "test"} uint8 tensors)`` of ``cfg.data``."""
+    d = cfg.data
+    name, data = load_corpus(d.path, cache_dir=d.cache_dir)
+    return name, split_corpus(data, valid_fraction=d.valid_fraction, test_fraction=d.test_fraction)
+
+
+def _check_train(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
+    t = cfg.train
+    for name in ("batch_size", "seq_len", "max_steps", "val_every_steps", "val_windows"):
+        if getattr(t, name) < 1:
+            raise ValueError(f"train.{name}: expected >= 1, got {getattr(t, name)}")
+    if not 0.0 <= t.warmup_fraction < 1.0:
+        raise ValueError(f"train.warmup_fraction: expected a value in [0, 1), got {t.warmup_fraction}")
+    if not 0.0 <= t.min_lr <= t.lr:
+        raise ValueError(f"train.min_lr: expected a value in [0, train.lr={t.lr}], got {t.min_lr}")
+    for split in ("train", "valid"):
+        if len(splits[split]) < t.seq_len + 1:
+            raise ValueError(
+                f"train.seq_len: the {split} cut has {len(splits[split])} bytes, fewer than seq_len + 1 = "
+                f"{t.seq_len + 1}; use a shorter seq_len or a larger corpus (data.path)"
+            )
+
+
+def position_losses(
+    model: CausalLM, windows: torch.Tensor, batch_size: int, progress: Any = None
+) -> torch.Tensor:
+    """Mean next-byte cross-entropy (nats) at each position over ``windows [N, L + 1]`` → float64 ``[L]``."""
+    device = next(model.parameters()).device
+    total = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(windows), batch_size):
+            w = windows[start : start + batch_size].to(device)
+            logits, _ = model(w[:, :-1])
+            ce = F.cross_entropy(logits.transpose(1, 2), w[:, 1:], reduction="none")  # [b, L]
+            total += ce.double().sum(0).cpu()
+            if progress is not None:
+                progress(len(w))
+    return total / len(windows)
+
+
+def train(
+    cfg: LMRecipeConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+) -> dict[str, Any]:
+    """Train ``cfg`` into ``run_dir``: AdamW, warm-up + cosine, clipping, validation bits per byte on
+    fixed windows of the validation cut (the best checkpoint minimises it), checkpoints + exact resume
+    (:func:`fastweights.train.loop.fit`), JSONL and TensorBoard logs.
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        ValueError: for bad train/model fields or a corpus too short for ``train.seq_len``.
+        FileNotFoundError: if ``data.path`` does not exist.
+    """
+    run = start_run(cfg, run_dir, resume=resume, command=command)
+    cfg, device = run.cfg, run.device
+    t = cfg.train
+    model = build_model(cfg).to(device)
+    _, splits = load_splits(cfg)
+    _check_train(cfg, splits)
+    val = eval_windows(splits["valid"], t.seq_len, t.val_windows)
+    gen = torch.Generator().manual_seed(t.seed)
+
+    def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        w = sample_windows(splits["train"], t.seq_len, t.batch_size, gen).to(device)
+        logits, _ = model(w[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
+        return loss, {"tokens": (step + 1) * t.batch_size * t.seq_len, "train_bpb": loss.item() / LN2}
+
+    def validate() -> dict[str, float]:
+        loss = float(position_losses(model, val, t.batch_size).mean())
+        return {"val_loss": loss, "val_bpb": loss / LN2}
+
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), weight_decay=t.weight_decay
+    )
+    mult = warmup_cosine(
+        warmup_steps=round(t.warmup_fraction * t.max_steps),
+        total_steps=t.max_steps,
+        min_ratio=t.min_lr / t.lr,
+    )
+    settings = LoopSettings(
+        max_steps=t.max_steps,
+        max_minutes=t.max_minutes,
+        val_every_steps=t.val_every_steps,
+        checkpoint_every_steps=t.checkpoint_every_steps,
+        grad_clip=t.grad_clip,
+        tensorboard=t.tensorboard,
+    )
+    return fit(
+        run.run_dir,
+        model=model,
+        optimizer=opt,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(opt, mult),
+        step_fn=step_fn,
+        validate_fn=validate,
+        settings=settings,
+        objective="val_bpb",
+        minimize=True,
+        resume=resume,
+        extra_state={"batch_rng": (gen.get_state, gen.set_state)},
+        metadata={"config": asdict(cfg)},
+        description=f"lm {cfg.model.mixer}",
+        postfix=("train_bpb",),
+        map_location=device,
+    )
+
+
+def evaluate(
+    run_dir: Path,
+    *,
+    which: str = "best",
+    overrides: list[str] | None = None,
+    command: str | None = None,
+    out_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Evaluate the ``which`` checkpoint on ``eval.split``: loss (nats/byte), bits per byte, perplexity
+    (per byte) and the loss at every position of ``eval.seq_len``-byte windows. Writes ``results.json``,
+    ``report.md`` and ``plots/loss_by_position.png`` into ``out_dir`` (default ``run_dir``).
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        ValueError: for an unknown ``eval.split`` or a cut shorter than one window.
+    """
+    run_dir = Path(run_dir)
+    cfg, state, model, _ = load_trained(run_dir, LMRecipeConfig, build_model, which, overrides)
+    e = cfg.eval
+    seq_len = e.seq_len or cfg.train.seq_len
+    corpus, splits = load_splits(cfg)
+    if e.split not in splits:
+        raise ValueError(f"eval.split: expected one of {sorted(splits)}, got {e.split!r}")
+    windows = eval_windows(splits[e.split], seq_len, e.windows)
+    t0 = time.monotonic()
+    with tqdm(total=len(windows), desc=f"lm eval ({cfg.model.mixer})", unit="win", dynamic_ncols=True) as bar:
+        per_pos = position_losses(model, windows, e.batch_size, progress=bar.update)
+    minutes = (time.monotonic() - t0) / 60
+    loss = float(per_pos.mean())
+    results = {
+        "run": {
+            **run_summary(cfg, run_dir, state, which, command, model_name=cfg.model.mixer),
+            "eval_minutes": minutes,
+            "parameters": model.num_parameters(),
+            "trained_tokens": state["step"] * cfg.train.batch_size * cfg.train.seq_len,
+        },
+        "lm": {
+            "corpus": corpus,
+            "split": e.split,
+            "seq_len": seq_len,
+            "windows": len(windows),
+            "tokens": len(windows) * seq_len,
+            "loss": loss,
+            "bpb": loss / LN2,
+            "perplexity": math.exp(loss),
+            "bpb_by_position": (per_pos / LN2).tolist(),
+        },
+    }
+    out_dir = Path(out_dir) if out_dir is not None else run_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "results.json", results)
+    plot_position_curves({cfg.model.mixer: results}, out_dir / "plots" / "loss_by_position.png")
+    atomic_write_text(out_dir / "report.md", _report(results))
+    return results
+
+
+def _bins(seq_len: int) -> list[tuple[int, int]]:
+    """Position ranges ``[lo, hi)`` doubling in width (1, 2–3, 4–7, …) for the report table."""
+    out, lo = [], 0
+    while lo < seq_len:
+        hi = min(seq_len, max(1, 2 * lo))
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def _binned(res: dict[str, Any]) -> list[tuple[str, float]]:
+    curve = res["lm"]["bpb_by_position"]
+    return [
+        (f"{lo + 1}–{hi}" if hi - lo > 1 else f"{lo + 1}", sum(curve[lo:hi]) / (hi - lo))
+        for lo, hi in _bins(len(curve))
+    ]
+
+
+def _report(res: dict[str, Any]) -> str:
+    r, lm = res["run"], res["lm"]
+    lines = [
+        f"# Language model: {r['sequence_layer']} ({r['preset']})",
+        "",
+        f"Trained {r['steps']} steps ({r['trained_tokens']:,} tokens) in {r['train_minutes']:.1f} min; "
+        f"{r['parameters']:,} parameters. Command: {command_markdown(r['command'])}",
+        "",
+        f"{lm['corpus']} / {lm['split']}: {lm['windows']} windows × {lm['seq_len']} bytes "
+        f"({lm['tokens']:,} bytes scored).",
+        "",
+        *md_table(
+            ["loss (nats/byte)", "bits per byte", "perplexity (per byte)"],
+            [[f"{lm['loss']:.4f}", f"{lm['bpb']:.4f}", f"{lm['perplexity']:.3f}"]],
+        ),
+        "",
+        "Bits per byte by position in the window (mean over the positions of each range):",
+        "",
+        *md_table(["positions", "bits per byte"], [[p, f"{v:.3f}"] for p, v in _binned(res)]),
+        "",
+        "![loss by position](plots/loss_by_position.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, title: str | None = None) -> None:
+    """Bits per byte vs position (log x), one curve per model, into the PNG ``path`` (atomic)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 4.0))
+    ax = fig.subplots()
+    for name, res in results.items():
+        curve = torch.tensor(res["lm"]["bpb_by_position"])
+        # smooth with a window growing with the position so late positions are not noise-dominated
+        pos = torch.arange(1, len(curve) + 1)
+        smooth = [float(curve[max(0, i - i // 8) : i + 1].mean()) for i in range(len(curve))]
+        ax.plot(pos.tolist(), smooth, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("position in the context (bytes)")
+    ax.set_ylabel("bits per byte")
+    first = next(iter(results.values()))["lm"]
+    ax.set_title(title or f"{first['corpus']} / {first['split']}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    tmp.replace(path)
+
+
+def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of ``compare``: one row per mixer at the same token budget."""
+    first = next(iter(results.values()))
+    bins = [b for b, _ in _binned(first)]
+    late = bins[-1]
+    header = [
+        "mixer",
+        "parameters",
+        "tokens",
+        "train min",
+        "test bits per byte",
+        "perplexity",
+        "bpb pos 1",
+        f"bpb pos {late}",
+    ]
+    rows = []
+    for name, res in results.items():
+        r, lm = res["run"], res["lm"]
+        binned = dict(_binned(res))
+        rows.append(
+            [
+                name,
+                f"{r['parameters']:,}",
+                f"{r['trained_tokens']:,}",
+                f"{r['train_minutes']:.1f}",
+                f"{lm['bpb']:.4f}",
+                f"{lm['perplexity']:.3f}",
+                f"{binned['1']:.3f}",
+                f"{binned[late]:.3f}",
+            ]
+        )
+    return header, rows
+
+
+def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
+    """``run_root/comparison.png``: the loss-by-position curves of all mixers on one axis."""
+    plot_position_curves(results, Path(run_root) / "comparison.png")
+
+
+def _load_any(path: Path, which: str) -> tuple[CausalLM, torch.device]:
+    """A model from a run folder (``config.yaml``) or a ``save_pretrained`` folder (``config.json``)."""
+    if (path / "config.json").exists() and not (path / "config.yaml").exists():
+        model = CausalLM.from_pretrained(path)
+        return model, torch.device("cpu")
+    _, _, model, device = load_trained(path, LMRecipeConfig, build_model, which)
+    return model, device
+
+
+def generate_text(
+    path: Path,
+    prompt: str,
+    max_new_tokens: int,
+    *,
+    which: str = "best",
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> str:
+    """Continue ``prompt`` with the model of a run folder or a ``save_pretrained`` folder; returns the
+    prompt plus ``max_new_tokens`` generated bytes, decoded as UTF-8 (invalid bytes replaced).
+
+    Raises:
+        FileNotFoundError: if ``path`` holds neither a run nor a saved model.
+        ValueError: for an empty prompt or bad sampling arguments.
+    """
+    if not prompt:
+        raise ValueError("prompt: expected a non-empty text")
+    model, device = _load_any(Path(path), which)
+    ids = encode(prompt)[None].to(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    out = generate(model, ids, max_new_tokens, temperature=temperature, top_k=top_k, generator=gen)
+    return decode(out[0].cpu())
+
+
+def export(run_dir: Path, out_dir: Path, which: str = "best") -> Path:
+    """Write the ``which`` checkpoint's model as ``config.json`` + ``model.safetensors`` in ``out_dir``
+    (loadable with :meth:`CausalLM.from_pretrained`)."""
+    _, _, model, _ = load_trained(Path(run_dir), LMRecipeConfig, build_model, which)
+    model.cpu().save_pretrained(out_dir)
+    return Path(out_dir)

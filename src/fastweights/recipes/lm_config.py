@@ -1,0 +1,67 @@
+"""Configuration of the language-modelling recipe (presets in ``configs/lm/``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastweights.models.lm import LMConfig
+
+__all__ = ["LMRecipeConfig", "LMDataConfig", "LMTrainConfig", "LMEvalConfig"]
+
+
+@dataclass
+class LMDataConfig:
+    """Byte-level corpus: ``path`` = a UTF-8 text file or a folder of text files; ``None`` = the embedded
+    corpus (King James Bible from Debian ``bible-kjv``, else the Python docs, else the stdlib source).
+    Fixed cuts by byte offset: the last ``test_fraction`` is test, the ``valid_fraction`` before it
+    validation."""
+
+    path: str | None = None
+    valid_fraction: float = 0.05
+    test_fraction: float = 0.05
+    cache_dir: str | None = None
+
+
+@dataclass
+class LMTrainConfig:
+    """AdamW + linear warm-up + cosine decay, gradient clipping (the TTT paper's recipe, spec
+    ``ttt_fla.md`` §1.12: betas (0.9, 0.95), weight decay 0.1 on all parameters, clip 1.0, warm-up 10%
+    of the steps, cosine to ``min_lr``)."""
+
+    batch_size: int = 16
+    seq_len: int = 256
+    lr: float = 3e-3
+    min_lr: float = 1e-5
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.1
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    max_steps: int = 1000  # token budget = max_steps * batch_size * seq_len
+    max_minutes: float = 0.0  # wall-clock safety cap; 0 = none
+    val_every_steps: int = 100
+    val_windows: int = 32  # validation windows of seq_len + 1 bytes
+    checkpoint_every_steps: int = 100
+    seed: int = 1
+    threads: int = 0  # 0 = torch default
+    tensorboard: bool = True
+
+
+@dataclass
+class LMEvalConfig:
+    """Evaluation on the test cut: ``windows`` non-overlapping windows of ``seq_len`` (0 = the training
+    length) + 1 bytes; per-position losses are averaged over windows."""
+
+    split: str = "test"
+    seq_len: int = 0
+    windows: int = 256
+    batch_size: int = 16
+
+
+@dataclass
+class LMRecipeConfig:
+    name: str = "lm"
+    device: str = "auto"
+    model: LMConfig = field(default_factory=LMConfig)
+    data: LMDataConfig = field(default_factory=LMDataConfig)
+    train: LMTrainConfig = field(default_factory=LMTrainConfig)
+    eval: LMEvalConfig = field(default_factory=LMEvalConfig)

@@ -1,0 +1,110 @@
+"""End-to-end tests of the language-modelling recipe on its smoke preset (a generated text corpus)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fastweights.cli import main
+from fastweights.config import load_config, preset_path
+from fastweights.models.lm import CausalLM
+from fastweights.recipes import lm
+from fastweights.recipes.lm_config import LMRecipeConfig
+from fastweights.train.io import read_jsonl
+
+WORDS = "and the of that in he shall unto for i his a lord they be is him not them it with all thou".split()
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, len(WORDS), (6000,), generator=g).tolist()
+    path = tmp_path / "corpus.txt"
+    path.write_text(" ".join(WORDS[i] for i in idx))
+    return path
+
+
+def _cfg(corpus, *overrides):
+    return load_config(LMRecipeConfig, preset_path("lm", "smoke"), [f"data.path={corpus}", *overrides])
+
+
+def test_cli_train_eval_generate_export(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert (
+        main(["lm", "train", "--preset", "smoke", "--run-dir", str(run), f"data.path={corpus}", "--eval"])
+        == 0
+    )
+    for name in ("config.yaml", "command.txt", "metrics.jsonl", "checkpoints/best.pt", "report.md"):
+        assert (run / name).exists(), name
+    assert any((run / "tensorboard").iterdir())
+    assert (run / "plots" / "loss_by_position.png").stat().st_size > 0
+    res = json.loads((run / "results.json").read_text())
+    lm_res = res["lm"]
+    assert lm_res["seq_len"] == 32 and len(lm_res["bpb_by_position"]) == 32
+    assert lm_res["bpb"] == pytest.approx(sum(lm_res["bpb_by_position"]) / 32)
+    assert lm_res["perplexity"] == pytest.approx(2 ** lm_res["bpb"])
+    assert res["run"]["trained_tokens"] == 6 * 4 * 32
+    records = read_jsonl(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [3, 6] and all("val_bpb" in r for r in records)
+    capsys.readouterr()
+    assert main(["lm", "generate", str(run), "--prompt", "and the", "--max-new-tokens", "12"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("and the")
+    assert main(["lm", "export", str(run), str(tmp_path / "exp")]) == 0
+    model = CausalLM.from_pretrained(tmp_path / "exp")
+    assert model.config.mixer == "ttt_linear"
+    greedy = lm.generate_text(tmp_path / "exp", "and the", 12, temperature=0)
+    assert greedy == lm.generate_text(run, "and the", 12, temperature=0)
+    assert len(greedy.encode()) <= len("and the") + 12
+
+
+def test_resume_after_interruption_continues_exactly(corpus, tmp_path, monkeypatch):
+    lm.train(_cfg(corpus), tmp_path / "one")
+    calls = {"n": 0}
+    real = lm.sample_windows
+
+    def interrupt_at_step_4(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm, "sample_windows", interrupt_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        lm.train(_cfg(corpus), tmp_path / "two")
+    monkeypatch.setattr(lm, "sample_windows", real)
+    assert torch.load(tmp_path / "two/checkpoints/latest.pt", weights_only=False)["step"] == 4
+    lm.train(_cfg(corpus), tmp_path / "two", resume=True)
+    a = torch.load(tmp_path / "one/checkpoints/latest.pt", weights_only=False)
+    b = torch.load(tmp_path / "two/checkpoints/latest.pt", weights_only=False)
+    assert a["step"] == b["step"] == 6
+    for k, v in a["model"].items():
+        torch.testing.assert_close(v, b["model"][k], rtol=0, atol=0, msg=k)
+
+
+def test_compare_mixers_at_equal_token_budget(corpus, tmp_path, capsys):
+    root = tmp_path / "cmp"
+    args = ["lm", "compare", "--mixers", "ttt_mlp,softmax_attention", "--preset", "smoke"]
+    assert main([*args, "--run-root", str(root), f"data.path={corpus}", "train.max_steps=3"]) == 0
+    table = (root / "comparison.md").read_text()
+    assert "ttt_mlp" in table and "softmax_attention" in table and "bits per byte" in table
+    data = json.loads((root / "comparison.json").read_text())
+    tokens = {r["run"]["trained_tokens"] for r in data["results"].values()}
+    assert tokens == {3 * 4 * 32}
+    assert (root / "comparison.png").stat().st_size > 0
+    assert data["results"]["ttt_mlp"]["run"]["sequence_layer"] == "ttt_mlp"
+
+
+def test_bad_settings_name_the_key(corpus, tmp_path, capsys):
+    with pytest.raises(ValueError, match="model.vocab_size"):
+        lm.train(_cfg(corpus, "model.vocab_size=300"), tmp_path / "a")
+    with pytest.raises(ValueError, match="train.seq_len"):
+        lm.train(_cfg(corpus, "train.seq_len=100000"), tmp_path / "b")
+    with pytest.raises(FileNotFoundError, match="data.path"):
+        lm.train(_cfg(tmp_path / "missing.txt"), tmp_path / "c")
+    with pytest.raises(ValueError, match="backbone"):
+        lm.train(_cfg(corpus, "model.mixer=deltanet", "model.backbone=mamba"), tmp_path / "d")
+    assert main(["lm", "generate", str(tmp_path / "nothing"), "--prompt", "x"]) == 2
+    assert "config.yaml" in capsys.readouterr().err
