@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from _memory import peak_bytes
 
 CASES = {
     # name: (fast op, reference op, full shape, small shape)
@@ -66,22 +67,6 @@ def _call(name: str, op: Callable, grads: list, extra: list) -> torch.Tensor:
     return op(*grads, *extra)[0]
 
 
-def _cpu_peak_bytes(fn: Callable[[], None]) -> float:
-    """Peak of (allocated - freed) tensor bytes on CPU while ``fn`` runs, from profiler memory events."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted(
-        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-    )
-    current = peak = 0
-    for _, nbytes in events:
-        current += nbytes
-        peak = max(peak, current)
-    return float(peak)
-
-
 def _measure(name: str, op_name: str, shape: dict, repeats: int, device: str) -> dict:
     import fastweights.ops as ops
 
@@ -94,21 +79,13 @@ def _measure(name: str, op_name: str, shape: dict, repeats: int, device: str) ->
             t.grad = None
 
     times = []
-    if device == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
     for _ in range(repeats):
         t0 = time.perf_counter()
         step()
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    if device == "cuda":
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = _cpu_peak_bytes(step)
-    return {"seconds": min(times), "peak_mb": peak / 2**20}
+    return {"seconds": min(times), "peak_mb": peak_bytes(step, device) / 2**20}
 
 
 def main() -> None:
