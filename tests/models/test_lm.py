@@ -4,6 +4,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fastweights.models.convert import lm_from_reference
 from fastweights.models.lm import CausalLM, LMBackbone, LMCache, LMConfig, generate
@@ -190,3 +192,23 @@ def test_bad_inputs_name_the_argument():
         LMConfig(hidden_size=30, num_attention_heads=4).validate()
     with pytest.raises(ValueError, match="preset"):
         LMConfig.preset("7b")
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, 22), min_size=1, max_size=4),
+    mixer=st.sampled_from(["ttt_linear", "ttt_mlp", "softmax_attention"]),
+)
+def test_any_split_into_calls_equals_one_call(cuts, mixer):
+    """Calls of any lengths (starting mid mini-batch too) with the cache carried = one call."""
+    torch.manual_seed(3)
+    model = _micro(mixer, "auto")
+    ids = torch.randint(0, 256, (1, 23))
+    bounds = sorted({0, 23, *cuts})
+    with torch.no_grad():
+        full, _ = model(ids)
+        cache, parts = None, []
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            logits, cache = model(ids[:, a:b], cache)
+            parts.append(logits)
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-10)
