@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 
 from fastweights.cl.objective import acl_loss, embed_tasks, synthetic_feature_tasks
 from fastweights.cl.protocols import evaluate_split_benchmark, evaluate_task_pairs, summarize_task_pairs
-from fastweights.config import apply_overrides, config_from_yaml, config_to_yaml
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
@@ -30,11 +29,17 @@ from fastweights.data.sources.glyphs import load_font_glyphs
 from fastweights.data.sources.idx import load_idx_dataset
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
-from fastweights.recipes.common import build_classifier, curriculum_stage, resolve_device
+from fastweights.recipes.common import (
+    build_classifier,
+    curriculum_stage,
+    load_trained,
+    prepare_run,
+    resolve_device,
+)
 from fastweights.recipes.report import plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
-from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, open_run_dir
+from fastweights.train.loop import LoopSettings, fit, numpy_rng_state
 from fastweights.train.schedules import lr_multiplier
 
 __all__ = [
@@ -103,12 +108,9 @@ def train(
         FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
         ValueError: if ``num_tasks * n_way`` exceeds the meta-training classes (from the sampler).
     """
-    t = cfg.train
     run_dir = Path(run_dir)
-    open_run_dir(run_dir, resume)
-    if resume and (run_dir / "config.yaml").exists():
-        cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
-        t = cfg.train
+    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)  # a resumed run appends its command
+    t = cfg.train
     if t.num_tasks < 1:
         raise ValueError(f"train.num_tasks: expected >= 1, got {t.num_tasks}")
     if max([t.n_way, t.label_space] + [s.n_way for s in t.curriculum]) > cfg.model.num_classes:
@@ -116,10 +118,6 @@ def train(
             f"train.n_way / train.label_space / curriculum n_way: expected <= model.num_classes="
             f"{cfg.model.num_classes}, got {t.n_way} / {t.label_space} / {[s.n_way for s in t.curriculum]}"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
-    if command:
-        atomic_write_text(run_dir / "command.txt", command + "\n")
     if t.threads:
         torch.set_num_threads(t.threads)
     device = resolve_device(cfg.device)
@@ -230,21 +228,7 @@ def evaluate(
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
-        raise FileNotFoundError(
-            f"run_dir: expected {run_dir}/config.yaml (a folder written by `fastweights acl train`)"
-        )
-    cfg = config_from_yaml(ACLConfig, (run_dir / "config.yaml").read_text())
-    if overrides:
-        cfg = apply_overrides(cfg, overrides)
-    state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
-    if state is None:
-        raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    device = resolve_device(cfg.device)
-    model = build_model(cfg).to(device)
-    model.load_state_dict(state["model"])
+    cfg, state, model, device = load_trained(run_dir, ACLConfig, build_model, which, overrides)
     model.eval()
     e = cfg.eval
     t0 = time.monotonic()
