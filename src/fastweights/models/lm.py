@@ -276,7 +276,11 @@ class LMCache:
 
 
 class LMBackbone(nn.Module):
-    """Embedding → blocks → final RMSNorm (the reference ``TTTModel``); returns hidden states."""
+    """Embedding → blocks → final RMSNorm (the reference ``TTTModel``); returns hidden states.
+
+    Parameters keep the layers' own initialisation; :class:`CausalLM` applies the reference's
+    N(0, ``initializer_range``) initialisation to the whole model.
+    """
 
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()

@@ -176,7 +176,9 @@ def fit(
                 writer.add_scalar("train/loss", loss.item(), step)
                 writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
             shown = {k: info[k] for k in postfix if k in info}
-            bar.set_postfix(loss=f"{loss_ema:.3f}", **shown, val=last_val.get(objective, float("nan")))
+            bar.set_postfix(
+                loss=f"{loss_ema:.3f}", **shown, val=last_val.get(objective, float("nan")), refresh=False
+            )
             done = step >= s.max_steps or time.monotonic() - start >= budget
             if step % s.val_every_steps == 0 or done:
                 last_val = validate_fn()
