@@ -63,7 +63,8 @@ def compare(
     """Train (or resume) and evaluate ``preset`` once per sequence layer in ``models``.
 
     Runs go to ``run_root/<model>``; an existing finished run is resumed (nothing retrained) and
-    re-evaluated. Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s).
+    re-evaluated. ``eval.*`` overrides also apply to the evaluation of runs that already existed.
+    Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s).
 
     Returns:
         ``{"rows": table rows, "results": {model: results.json content}, "markdown": table}``.
@@ -83,7 +84,8 @@ def compare(
         resume = CheckpointManager(run_dir).exists("latest")
         log.info("%s: training %s in %s%s", recipe, name, run_dir, " (resume)" if resume else "")
         module.train(cfg, run_dir, resume=resume, command=command)
-        results[name] = module.evaluate(run_dir, command=command)
+        eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]
+        results[name] = module.evaluate(run_dir, overrides=eval_overrides, command=command)
     header, rows = module.comparison_table(results)
     markdown = "\n".join(md_table(header, rows))
     atomic_write_json(run_root / "comparison.json", {"header": header, "rows": rows, "results": results})
