@@ -39,14 +39,19 @@ def test_cli_train_eval_generate_export(corpus, tmp_path, capsys):
     for name in ("config.yaml", "command.txt", "metrics.jsonl", "checkpoints/best.pt", "report.md"):
         assert (run / name).exists(), name
     assert any((run / "tensorboard").iterdir())
-    assert (run / "plots" / "loss_by_position.png").stat().st_size > 0
+    for split in ("valid", "test"):
+        assert (run / "plots" / f"loss_by_position_{split}.png").stat().st_size > 0
     res = json.loads((run / "results.json").read_text())
-    lm_res = res["lm"]
-    assert lm_res["seq_len"] == 32 and len(lm_res["bpb_by_position"]) == 32
-    assert lm_res["bpb"] == pytest.approx(sum(lm_res["bpb_by_position"]) / 32)
-    assert lm_res["perplexity"] == pytest.approx(2 ** lm_res["bpb"])
-    assert res["run"]["trained_tokens"] == 6 * 4 * 32
+    assert res["lm"]["seq_len"] == 32 and sorted(res["lm"]["splits"]) == ["test", "valid"]
+    for cut in res["lm"]["splits"].values():
+        assert cut["windows"] == 4 and len(cut["bpb_by_position"]) == 32
+        assert cut["bpb"] == pytest.approx(sum(cut["bpb_by_position"]) / 32)
+        assert cut["perplexity"] == pytest.approx(2 ** cut["bpb"])
+    # the best checkpoint is the one with the lowest validation bits per byte
     records = read_jsonl(run / "metrics.jsonl")
+    best = torch.load(run / "checkpoints/best.pt", weights_only=False)["step"]
+    assert best == min(records, key=lambda r: r["val_bpb"])["step"]
+    assert res["run"]["trained_tokens"] == 6 * 4 * 32
     assert [r["step"] for r in records] == [3, 6] and all("val_bpb" in r for r in records)
     capsys.readouterr()
     assert main(["lm", "generate", str(run), "--prompt", "and the", "--max-new-tokens", "12"]) == 0
@@ -93,7 +98,8 @@ def test_compare_mixers_at_equal_token_budget(corpus, tmp_path, capsys):
     data = json.loads((root / "comparison.json").read_text())
     tokens = {r["run"]["trained_tokens"] for r in data["results"].values()}
     assert tokens == {3 * 4 * 32}
-    assert (root / "comparison.png").stat().st_size > 0
+    assert (root / "comparison_valid.png").stat().st_size > 0 and (root / "comparison_test.png").exists()
+    assert "valid bits per byte" in table
     assert data["results"]["ttt_mlp"]["run"]["sequence_layer"] == "ttt_mlp"
 
 
@@ -106,5 +112,8 @@ def test_bad_settings_name_the_key(corpus, tmp_path, capsys):
         lm.train(_cfg(tmp_path / "missing.txt"), tmp_path / "c")
     with pytest.raises(ValueError, match="backbone"):
         lm.train(_cfg(corpus, "model.mixer=deltanet", "model.backbone=mamba"), tmp_path / "d")
+    with pytest.raises(ValueError, match="eval.splits"):
+        lm.train(_cfg(corpus, "train.max_steps=1"), tmp_path / "e")
+        lm.evaluate(tmp_path / "e", overrides=["eval.splits=[train,dev]"])
     assert main(["lm", "generate", str(tmp_path / "nothing"), "--prompt", "x"]) == 2
     assert "config.yaml" in capsys.readouterr().err

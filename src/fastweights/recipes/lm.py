@@ -187,56 +187,61 @@ def evaluate(
     command: str | None = None,
     out_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the ``which`` checkpoint on ``eval.split``: loss (nats/byte), bits per byte, perplexity
-    (per byte) and the loss at every position of ``eval.seq_len``-byte windows. Writes ``results.json``,
-    ``report.md`` and ``plots/loss_by_position.png`` into ``out_dir`` (default ``run_dir``).
+    """Evaluate the ``which`` checkpoint on each cut of ``eval.splits`` (validation and test): loss
+    (nats/byte), bits per byte, perplexity (per byte) and bits per byte at every position of
+    ``eval.seq_len``-byte windows. Writes ``results.json``, ``report.md`` and
+    ``plots/loss_by_position_<split>.png`` into ``out_dir`` (default ``run_dir``).
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
-        ValueError: for an unknown ``eval.split`` or a cut shorter than one window.
+        ValueError: for an unknown split in ``eval.splits`` or a cut shorter than one window.
     """
     run_dir = Path(run_dir)
     cfg, state, model, _ = load_trained(run_dir, LMRecipeConfig, build_model, which, overrides)
     e = cfg.eval
     seq_len = e.seq_len or cfg.train.seq_len
-    corpus, splits = load_splits(cfg)
-    if e.split not in splits:
-        raise ValueError(f"eval.split: expected one of {sorted(splits)}, got {e.split!r}")
-    windows = eval_windows(splits[e.split], seq_len, e.windows)
+    corpus, cuts = load_splits(cfg)
+    unknown = [s for s in e.splits if s not in cuts]
+    if unknown or not e.splits:
+        raise ValueError(f"eval.splits: expected names from {sorted(cuts)}, got {list(e.splits)}")
     t0 = time.monotonic()
-    with tqdm(total=len(windows), desc=f"lm eval ({cfg.model.mixer})", unit="win", dynamic_ncols=True) as bar:
-        per_pos = position_losses(model, windows, e.batch_size, progress=bar.update)
-    minutes = (time.monotonic() - t0) / 60
-    loss = float(per_pos.mean())
-    results = {
-        "run": {
-            **run_summary(cfg, run_dir, state, which, command, model_name=cfg.model.mixer),
-            "eval_minutes": minutes,
-            "parameters": model.num_parameters(),
-            "trained_tokens": state["step"] * cfg.train.batch_size * cfg.train.seq_len,
-        },
-        "lm": {
-            "corpus": corpus,
-            "split": e.split,
-            "seq_len": seq_len,
+    splits = {}
+    for split in e.splits:
+        windows = eval_windows(cuts[split], seq_len, e.windows)
+        desc = f"lm eval {split} ({cfg.model.mixer})"
+        with tqdm(total=len(windows), desc=desc, unit="win", dynamic_ncols=True) as bar:
+            per_pos = position_losses(model, windows, e.batch_size, progress=bar.update)
+        loss = float(per_pos.mean())
+        splits[split] = {
             "windows": len(windows),
             "tokens": len(windows) * seq_len,
             "loss": loss,
             "bpb": loss / LN2,
             "perplexity": math.exp(loss),
             "bpb_by_position": (per_pos / LN2).tolist(),
+        }
+    results = {
+        "run": {
+            **run_summary(cfg, run_dir, state, which, command, model_name=cfg.model.mixer),
+            "eval_minutes": (time.monotonic() - t0) / 60,
+            "parameters": model.num_parameters(),
+            "trained_tokens": state["step"] * cfg.train.batch_size * cfg.train.seq_len,
         },
+        "lm": {"corpus": corpus, "seq_len": seq_len, "splits": splits},
     }
     out_dir = Path(out_dir) if out_dir is not None else run_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "results.json", results)
-    plot_position_curves({cfg.model.mixer: results}, out_dir / "plots" / "loss_by_position.png")
+    for split in splits:
+        plot_position_curves(
+            {cfg.model.mixer: results}, out_dir / "plots" / f"loss_by_position_{split}.png", split
+        )
     atomic_write_text(out_dir / "report.md", _report(results))
     return results
 
 
 def _bins(seq_len: int) -> list[tuple[int, int]]:
-    """Position ranges ``[lo, hi)`` doubling in width (1, 2–3, 4–7, …) for the report table."""
+    """Position ranges ``[lo, hi)`` doubling in width (1, 2, 3–4, 5–8, …) for the tables."""
     out, lo = [], 0
     while lo < seq_len:
         hi = min(seq_len, max(1, 2 * lo))
@@ -245,8 +250,7 @@ def _bins(seq_len: int) -> list[tuple[int, int]]:
     return out
 
 
-def _binned(res: dict[str, Any]) -> list[tuple[str, float]]:
-    curve = res["lm"]["bpb_by_position"]
+def _binned(curve: list[float]) -> list[tuple[str, float]]:
     return [
         (f"{lo + 1}–{hi}" if hi - lo > 1 else f"{lo + 1}", sum(curve[lo:hi]) / (hi - lo))
         for lo, hi in _bins(len(curve))
@@ -255,38 +259,47 @@ def _binned(res: dict[str, Any]) -> list[tuple[str, float]]:
 
 def _report(res: dict[str, Any]) -> str:
     r, lm = res["run"], res["lm"]
+    splits = lm["splits"]
+    binned = {name: _binned(s["bpb_by_position"]) for name, s in splits.items()}
+    positions = [p for p, _ in next(iter(binned.values()))]
     lines = [
         f"# Language model: {r['sequence_layer']} ({r['preset']})",
         "",
         f"Trained {r['steps']} steps ({r['trained_tokens']:,} tokens) in {r['train_minutes']:.1f} min; "
         f"{r['parameters']:,} parameters. Command: {command_markdown(r['command'])}",
         "",
-        f"{lm['corpus']} / {lm['split']}: {lm['windows']} windows × {lm['seq_len']} bytes "
-        f"({lm['tokens']:,} bytes scored).",
+        f"Corpus {lm['corpus']}; windows of {lm['seq_len']} bytes from the start of each cut.",
         "",
         *md_table(
-            ["loss (nats/byte)", "bits per byte", "perplexity (per byte)"],
-            [[f"{lm['loss']:.4f}", f"{lm['bpb']:.4f}", f"{lm['perplexity']:.3f}"]],
+            ["cut", "bytes scored", "loss (nats/byte)", "bits per byte", "perplexity (per byte)"],
+            [
+                [name, f"{s['tokens']:,}", f"{s['loss']:.4f}", f"{s['bpb']:.4f}", f"{s['perplexity']:.3f}"]
+                for name, s in splits.items()
+            ],
         ),
         "",
         "Bits per byte by position in the window (mean over the positions of each range):",
         "",
-        *md_table(["positions", "bits per byte"], [[p, f"{v:.3f}"] for p, v in _binned(res)]),
+        *md_table(
+            ["positions", *splits],
+            [[p, *(f"{dict(binned[name])[p]:.3f}" for name in splits)] for p in positions],
+        ),
         "",
-        "![loss by position](plots/loss_by_position.png)",
+        *(f"![loss by position, {name}](plots/loss_by_position_{name}.png)" for name in splits),
         "",
     ]
     return "\n".join(lines)
 
 
-def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, title: str | None = None) -> None:
-    """Bits per byte vs position (log x), one curve per model, into the PNG ``path`` (atomic)."""
+def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, split: str) -> None:
+    """Bits per byte vs position (log x) on cut ``split``, one curve per model, into the PNG ``path``
+    (written atomically)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.0, 4.0))
     ax = fig.subplots()
     for name, res in results.items():
-        curve = torch.tensor(res["lm"]["bpb_by_position"])
+        curve = torch.tensor(res["lm"]["splits"][split]["bpb_by_position"])
         # smooth with a window growing with the position so late positions are not noise-dominated
         pos = torch.arange(1, len(curve) + 1)
         smooth = [float(curve[max(0, i - i // 8) : i + 1].mean()) for i in range(len(curve))]
@@ -295,7 +308,8 @@ def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, title: 
     ax.set_xlabel("position in the context (bytes)")
     ax.set_ylabel("bits per byte")
     first = next(iter(results.values()))["lm"]
-    ax.set_title(title or f"{first['corpus']} / {first['split']}")
+    windows = first["splits"][split]["windows"]
+    ax.set_title(f"{first['corpus']} / {split}: mean over {windows} windows")
     ax.grid(alpha=0.3)
     ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,42 +319,29 @@ def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, title: 
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Header and rows of ``compare``: one row per mixer at the same token budget."""
-    first = next(iter(results.values()))
-    bins = [b for b, _ in _binned(first)]
-    late = bins[-1]
-    header = [
-        "mixer",
-        "parameters",
-        "tokens",
-        "train min",
-        "test bits per byte",
-        "perplexity",
-        "bpb pos 1",
-        f"bpb pos {late}",
-    ]
+    """Header and rows of ``compare``: one row per mixer at the same token budget; bits per byte on each
+    evaluated cut, and on the first cut at position 1 and over the window's last half."""
+    first = next(iter(results.values()))["lm"]
+    splits = list(first["splits"])
+    late = _binned(first["splits"][splits[0]]["bpb_by_position"])[-1][0]
+    header = ["mixer", "parameters", "tokens", "train min"]
+    header += [f"{s} bits per byte" for s in splits]
+    header += [f"{splits[0]} bpb at position 1", f"{splits[0]} bpb at positions {late}"]
     rows = []
     for name, res in results.items():
-        r, lm = res["run"], res["lm"]
-        binned = dict(_binned(res))
-        rows.append(
-            [
-                name,
-                f"{r['parameters']:,}",
-                f"{r['trained_tokens']:,}",
-                f"{r['train_minutes']:.1f}",
-                f"{lm['bpb']:.4f}",
-                f"{lm['perplexity']:.3f}",
-                f"{binned['1']:.3f}",
-                f"{binned[late]:.3f}",
-            ]
-        )
+        r, cuts = res["run"], res["lm"]["splits"]
+        binned = dict(_binned(cuts[splits[0]]["bpb_by_position"]))
+        row = [name, f"{r['parameters']:,}", f"{r['trained_tokens']:,}", f"{r['train_minutes']:.1f}"]
+        row += [f"{cuts[s]['bpb']:.4f}" for s in splits]
+        row += [f"{binned['1']:.3f}", f"{binned[late]:.3f}"]
+        rows.append(row)
     return header, rows
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
-    """``run_root/comparison.png``: the loss-by-position curves of all mixers on one axis."""
-    plot_position_curves(results, Path(run_root) / "comparison.png")
+    """``run_root/comparison_<split>.png``: the loss-by-position curves of all mixers, one axis per cut."""
+    for split in next(iter(results.values()))["lm"]["splits"]:
+        plot_position_curves(results, Path(run_root) / f"comparison_{split}.png", split)
 
 
 def _load_any(path: Path, which: str) -> tuple[CausalLM, torch.device]:

@@ -48,10 +48,10 @@ class LMTrainConfig:
 
 @dataclass
 class LMEvalConfig:
-    """Evaluation on the test cut: ``windows`` non-overlapping windows of ``seq_len`` (0 = the training
-    length) + 1 bytes; per-position losses are averaged over windows."""
+    """Evaluation on each cut of ``splits``: up to ``windows`` consecutive windows of ``seq_len`` (0 = the
+    training length) + 1 bytes from the cut's start; per-position losses are averaged over windows."""
 
-    split: str = "test"
+    splits: list[str] = field(default_factory=lambda: ["valid", "test"])
     seq_len: int = 0
     windows: int = 256
     batch_size: int = 16
