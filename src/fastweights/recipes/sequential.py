@@ -208,7 +208,8 @@ def evaluate(
 
 
 def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, title: str) -> Path:
-    """Accuracy vs k-th occurrence of a class, one line per ``label`` and task (paper Fig. 6 style).
+    """Accuracy vs k-th occurrence of a class, one colour per ``label``, solid for task 1 and dashed for
+    task 2 (paper Fig. 6 style).
 
     Args:
         curves: label (e.g. the sequence layer) → one stream order's evaluation (``tasks`` and
@@ -216,7 +217,7 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
     """
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.subplots()
-    for label, res in curves.items():
+    for j, (label, res) in enumerate(curves.items()):
         for i, (task, occ) in enumerate(zip(res["tasks"], res["by_occurrence"], strict=True)):
             ks = sorted(int(k) for k in occ)
             ax.plot(
@@ -225,6 +226,7 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
                 marker="o",
                 markersize=3,
                 linestyle="-" if i == 0 else "--",
+                color=f"C{j}",  # one colour per model; solid = task 1, dashed = task 2
                 label=f"{label}: task {i + 1} ({task})",
             )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
