@@ -171,12 +171,14 @@ def make_optimizer(
 
 
 def loop_settings(o: Any) -> LoopSettings:
+    """The loop settings of a recipe's ``train`` section (``tensorboard`` when it has that field)."""
     return LoopSettings(
         max_steps=o.max_steps,
         max_minutes=o.max_minutes,
         val_every_steps=o.val_every_steps,
         checkpoint_every_steps=o.checkpoint_every_steps,
         grad_clip=o.grad_clip,
+        tensorboard=getattr(o, "tensorboard", False),
     )
 
 

@@ -32,13 +32,14 @@ from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.common import (
     command_markdown,
     load_trained,
+    loop_settings,
     run_summary,
     start_run,
 )
 from fastweights.recipes.lm_config import LMRecipeConfig
 from fastweights.recipes.report import md_table
 from fastweights.train.io import atomic_write_json, atomic_write_text
-from fastweights.train.loop import LoopSettings, fit
+from fastweights.train.loop import fit
 from fastweights.train.schedules import warmup_cosine
 
 __all__ = [
@@ -85,6 +86,8 @@ def _check_train(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
             raise ValueError(f"train.{name}: expected >= 1, got {getattr(t, name)}")
     if not 0.0 <= t.warmup_fraction < 1.0:
         raise ValueError(f"train.warmup_fraction: expected a value in [0, 1), got {t.warmup_fraction}")
+    if not t.lr > 0:
+        raise ValueError(f"train.lr: expected > 0, got {t.lr}")
     if not 0.0 <= t.min_lr <= t.lr:
         raise ValueError(f"train.min_lr: expected a value in [0, train.lr={t.lr}], got {t.min_lr}")
     for split in ("train", "valid"):
@@ -152,14 +155,6 @@ def train(
         total_steps=t.max_steps,
         min_ratio=t.min_lr / t.lr,
     )
-    settings = LoopSettings(
-        max_steps=t.max_steps,
-        max_minutes=t.max_minutes,
-        val_every_steps=t.val_every_steps,
-        checkpoint_every_steps=t.checkpoint_every_steps,
-        grad_clip=t.grad_clip,
-        tensorboard=t.tensorboard,
-    )
     return fit(
         run.run_dir,
         model=model,
@@ -167,7 +162,7 @@ def train(
         scheduler=torch.optim.lr_scheduler.LambdaLR(opt, mult),
         step_fn=step_fn,
         validate_fn=validate,
-        settings=settings,
+        settings=loop_settings(t),
         objective="val_bpb",
         minimize=True,
         resume=resume,
