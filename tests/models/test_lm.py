@@ -212,3 +212,79 @@ def test_any_split_into_calls_equals_one_call(cuts, mixer):
             logits, cache = model(ids[:, a:b], cache)
             parts.append(logits)
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-10)
+
+
+def test_cache_and_embedding_mismatches_raise_clear_errors():
+    model = _micro("ttt_linear", "mamba")
+    _, cache = model(torch.randint(0, 256, (2, 5)))
+    with pytest.raises(ValueError, match=r"state: expected a conv state of shape \[B, C, k\]"):
+        model(torch.randint(0, 256, (3, 1)), cache)  # another batch size
+    other = CausalLM(LMConfig.preset("micro", conv_kernel=2, mini_batch_size=4)).double()
+    _, cache2 = other(torch.randint(0, 256, (1, 5)))
+    with pytest.raises(ValueError, match="state"):
+        model(torch.randint(0, 256, (1, 1)), cache2)  # a cache of another model
+    with pytest.raises(ValueError, match=r"x: expected a tensor of shape \[B, T, 32\]"):
+        model.model(inputs_embeds=torch.randn(2, 5, 7, dtype=torch.float64))
+    with pytest.raises(ValueError, match="inputs_embeds: expected dtype torch.float64"):
+        model.model(inputs_embeds=torch.randn(2, 5, 32))
+
+
+def test_save_pretrained_keeps_the_dtype_and_rejects_a_tie_mismatch(tmp_path):
+    model = _micro("deltanet", "transformer").to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "bf16")
+    assert next(CausalLM.from_pretrained(tmp_path / "bf16").parameters()).dtype == torch.bfloat16
+    loaded = CausalLM.from_pretrained(tmp_path / "bf16", dtype=torch.float32)
+    assert next(loaded.parameters()).dtype == torch.float32
+    _micro("deltanet", "transformer", tie_word_embeddings=False).save_pretrained(tmp_path / "untied")
+    cfg = json.loads((tmp_path / "untied" / "config.json").read_text())
+    (tmp_path / "untied" / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    with pytest.raises(ValueError, match="tie_word_embeddings"):
+        CausalLM.from_pretrained(tmp_path / "untied")
+
+
+def test_generate_checks_arguments_and_restores_the_mode():
+    model = _micro("softmax_attention", "transformer").train()
+    prompt = torch.randint(0, 256, (1, 3))
+    with pytest.raises(ValueError, match="input_ids"):
+        generate(model, torch.tensor([[300]]), 3)
+    assert model.training
+    for kwargs, name in (
+        ({"max_new_tokens": 2.5}, "max_new_tokens"),
+        ({"max_new_tokens": 2, "top_k": True}, "top_k"),
+        ({"max_new_tokens": 2, "temperature": float("inf")}, "temperature"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            generate(model, prompt, **kwargs)
+    with pytest.raises(ValueError, match="input_ids"):
+        generate(model, [[1, 2]], 2)
+    # a temperature so small that logits / temperature overflow is greedy decoding (its limit)
+    torch.testing.assert_close(
+        generate(model, prompt, 4, temperature=1e-300), generate(model, prompt, 4, temperature=0)
+    )
+    assert generate(model, prompt.int(), 0).dtype == torch.int64
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("hidden_size", True),
+        ("ttt_base_lr", -1.0),
+        ("ttt_base_lr", "a"),
+        ("tie_word_embeddings", "no"),
+        ("rope_theta", float("inf")),
+        ("dropout", "0.1"),
+        ("mixer_options", None),
+        ("mixer_options", {"mini_batch_size": 4}),
+        ("mixer_options", {"dropout": 0.1}),
+    ],
+)
+def test_config_rejects_bad_fields_by_name(field, value):
+    with pytest.raises(ValueError, match=field.split("_")[0]):
+        LMConfig(**{field: value}).validate()
+
+
+def test_config_preset_and_from_dict_errors_are_value_errors():
+    with pytest.raises(ValueError, match="unknown keys"):
+        LMConfig.preset("micro", foo=1)
+    with pytest.raises(ValueError, match="expected a dict"):
+        LMConfig.from_dict([1, 2])

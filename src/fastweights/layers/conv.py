@@ -25,17 +25,24 @@ def causal_depthwise_conv(
     Returns:
         ``(y [B, T, C], new_state [B, C, k])``; the new state holds the last ``k`` inputs seen, in the
         promoted dtype of ``x`` and float32 (fp32 even under autocast).
+
+    Raises:
+        ValueError: if ``state`` is not ``[B, C, k]`` for this ``x`` and ``weight``.
     """
     b, _, c = x.shape
     k = weight.shape[-1]
     if state is None:
         state = x.new_zeros(b, c, k)
+    elif not isinstance(state, Tensor) or tuple(state.shape) != (b, c, k):
+        got = list(state.shape) if isinstance(state, Tensor) else type(state).__name__
+        raise ValueError(f"state: expected a conv state of shape [B, C, k] = {[b, c, k]}, got {got}")
     past = state.transpose(1, 2).to(x.dtype)  # [B, k, C]
     full = torch.cat([past, x], dim=1)  # [B, k + T, C]
+    new_state = full[:, -k:].transpose(1, 2)
+    new_state = new_state.to(torch.promote_types(new_state.dtype, torch.float32))
     if x.shape[1] == 0:
-        return x, state
+        return x, new_state
     y = (full[:, 1:].unfold(1, k, 1) * weight[:, 0].to(x.dtype)).sum(-1)  # [B, T, C]
     if bias is not None:
         y = y + bias.to(x.dtype)
-    new_state = full[:, -k:].transpose(1, 2)
-    return y, new_state.to(torch.promote_types(new_state.dtype, torch.float32))
+    return y, new_state

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fastweights.layers import SEQUENCE_LAYERS, SequenceLayer, make_sequence_layer
+from fastweights.layers.base import check_layer_input
 from fastweights.layers.conv import causal_depthwise_conv
 from fastweights.train.io import atomic_write_bytes, atomic_write_json
 
@@ -52,6 +53,24 @@ __all__ = [
 ]
 
 BACKBONES = ("auto", "transformer", "mamba")
+# layer options the config sets from its own fields; not allowed in ``mixer_options``
+_TYPED_OPTIONS = {
+    "mini_batch_size",
+    "ttt_base_lr",
+    "rope_theta",
+    "share_qk",
+    "use_gate",
+    "conv_kernel",
+    "residual",
+    "dropout",
+    "rope",
+}
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 _TTT_MIXERS = ("ttt_linear", "ttt_mlp")
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 MODEL_TYPE = "fastweights_lm"
@@ -99,7 +118,7 @@ class LMConfig:
             "conv_kernel",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
@@ -115,11 +134,26 @@ class LMConfig:
                 f"backbone: 'mamba' (shared Q/K convs and gate) exists only for {_TTT_MIXERS}; "
                 f"use backbone='transformer' for mixer={self.mixer!r}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout: expected a value in [0, 1), got {self.dropout!r}")
+        if not _is_real(self.dropout) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout: expected a number in [0, 1), got {self.dropout!r}")
         for name in ("rope_theta", "rms_norm_eps", "initializer_range"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: expected > 0, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not _is_real(value) or not 0 < value < math.inf:
+                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+        if self.ttt_base_lr is not None and (
+            not _is_real(self.ttt_base_lr) or not 0 < self.ttt_base_lr < math.inf
+        ):
+            raise ValueError(f"ttt_base_lr: expected None or a finite number > 0, got {self.ttt_base_lr!r}")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError(f"tie_word_embeddings: expected a bool, got {self.tie_word_embeddings!r}")
+        if not isinstance(self.mixer_options, dict):
+            raise ValueError(f"mixer_options: expected a dict, got {self.mixer_options!r}")
+        typed = sorted(set(self.mixer_options) & _TYPED_OPTIONS)
+        if typed:
+            raise ValueError(
+                f"mixer_options: {typed} are set by the config itself (fields or backbone); "
+                f"expected other options, e.g. {{'chunk_size': 32}}"
+            )
         return self
 
     @property
@@ -140,6 +174,8 @@ class LMConfig:
         Raises:
             ValueError: for a different ``model_type`` or unknown keys.
         """
+        if not isinstance(d, dict):
+            raise ValueError(f"config: expected a dict of LMConfig fields, got {type(d).__name__}")
         d = dict(d)
         model_type = d.pop("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
@@ -159,7 +195,7 @@ class LMConfig:
         """
         if name not in LM_PRESETS:
             raise ValueError(f"preset: expected one of {sorted(LM_PRESETS)}, got {name!r}")
-        return cls(**{**LM_PRESETS[name], **overrides}).validate()
+        return cls.from_dict({**LM_PRESETS[name], **overrides})
 
 
 # The TTT paper's sizes (spec §1.11; vocab 32000 = the Llama-2 tokenizer) and CPU-sized ones.
@@ -220,6 +256,7 @@ class _PreConv(nn.Module):
     def __init__(self, hidden_size: int, kernel: int, eps: float) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(hidden_size, eps=eps)
+        # only the parameters are used (``causal_depthwise_conv``); padding as in the reference module
         self.conv = nn.Conv1d(hidden_size, hidden_size, kernel, groups=hidden_size, padding=kernel - 1)
 
     def forward(self, h: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -309,7 +346,11 @@ class LMBackbone(nn.Module):
             h = self.embed_tokens(input_ids)
         else:
             assert inputs_embeds is not None
+            check_layer_input(inputs_embeds, self.config.hidden_size)
             h = inputs_embeds
+            weight = self.embed_tokens.weight
+            if h.dtype != weight.dtype and not torch.is_autocast_enabled(h.device.type):
+                raise ValueError(f"inputs_embeds: expected dtype {weight.dtype} (the model's), got {h.dtype}")
         if cache is not None and (not isinstance(cache, LMCache) or len(cache.blocks) != len(self.layers)):
             raise ValueError(
                 f"cache: expected an LMCache returned by this model ({len(self.layers)} blocks), got "
@@ -327,7 +368,7 @@ class LMBackbone(nn.Module):
 def _check_ids(ids: Tensor, vocab_size: int) -> None:
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
         got = f"{list(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
-        raise ValueError(f"input_ids: expected an int64 tensor [B, T], got {got}")
+        raise ValueError(f"input_ids: expected an int64 (or int32) tensor [B, T], got {got}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
         raise ValueError(
             f"input_ids: expected token ids in [0, {vocab_size}), got range "
@@ -368,8 +409,9 @@ class CausalLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def save_pretrained(self, folder: str | Path) -> None:
-        """Write ``config.json`` and ``model.safetensors`` (a tied ``lm_head`` is stored once)
-        atomically into ``folder`` (created if needed)."""
+        """Write ``config.json`` (the config + ``torch_dtype``) and ``model.safetensors`` (a tied
+        ``lm_head`` is stored once) into ``folder`` (created if needed). Each file is written atomically,
+        the weights first; the pair is not one atomic unit."""
         from safetensors.torch import save
 
         folder = Path(folder)
@@ -377,16 +419,23 @@ class CausalLM(nn.Module):
         sd = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         if self.config.tie_word_embeddings:
             sd.pop("lm_head.weight")
+        dtype = str(self.model.embed_tokens.weight.dtype).removeprefix("torch.")
         atomic_write_bytes(folder / WEIGHTS_FILE, save(sd, metadata={"format": "pt"}))
-        atomic_write_json(folder / CONFIG_FILE, self.config.to_dict())
+        atomic_write_json(folder / CONFIG_FILE, {**self.config.to_dict(), "torch_dtype": dtype})
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, map_location: str | torch.device = "cpu") -> CausalLM:
-        """Inverse of :meth:`save_pretrained`.
+    def from_pretrained(
+        cls,
+        folder: str | Path,
+        map_location: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> CausalLM:
+        """Inverse of :meth:`save_pretrained`; ``dtype`` defaults to the saved ``torch_dtype``.
 
         Raises:
             FileNotFoundError: if ``folder`` lacks ``config.json`` or ``model.safetensors``.
-            ValueError: for a config or weights that do not match.
+            ValueError: for a config or weights that do not match (incl. an untied ``lm_head`` stored
+                for a config with ``tie_word_embeddings``).
         """
         from safetensors.torch import load
 
@@ -397,10 +446,23 @@ class CausalLM(nn.Module):
                     f"folder: expected {folder}/{name} (a folder written by CausalLM.save_pretrained "
                     f"holds {CONFIG_FILE} and {WEIGHTS_FILE})"
                 )
-        cfg = LMConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
+        raw = json.loads((folder / CONFIG_FILE).read_text())
+        saved_dtype = raw.pop("torch_dtype", "float32") if isinstance(raw, dict) else "float32"
+        cfg = LMConfig.from_dict(raw)
+        if dtype is None:
+            dtype = getattr(torch, str(saved_dtype), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(
+                    f"{folder / CONFIG_FILE}: torch_dtype: expected a torch dtype name, got {saved_dtype!r}"
+                )
         model = cls(cfg)
         sd = load((folder / WEIGHTS_FILE).read_bytes())
         if cfg.tie_word_embeddings:
+            if "lm_head.weight" in sd:
+                raise ValueError(
+                    f"{folder / WEIGHTS_FILE}: holds an lm_head.weight, but {CONFIG_FILE} says "
+                    "tie_word_embeddings=true (the head is the embedding)"
+                )
             sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
         try:
             model.load_state_dict(sd)
@@ -408,7 +470,7 @@ class CausalLM(nn.Module):
             raise ValueError(f"{folder / WEIGHTS_FILE}: weights do not match {CONFIG_FILE}: {err}") from None
         if cfg.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
-        return model.to(map_location)
+        return model.to(device=map_location, dtype=dtype)
 
 
 @torch.no_grad()
@@ -428,30 +490,33 @@ def generate(
     Raises:
         ValueError: for an empty prompt, ``max_new_tokens < 0``, ``temperature < 0`` or ``top_k < 1``.
     """
-    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-        raise ValueError(f"input_ids: expected a non-empty prompt [B, T >= 1], got {list(input_ids.shape)}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: expected >= 0, got {max_new_tokens}")
-    if not temperature >= 0:
-        raise ValueError(f"temperature: expected >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k: expected None or >= 1, got {top_k}")
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        got = list(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids: expected a non-empty prompt tensor [B, T >= 1], got {got}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens: expected an int >= 0, got {max_new_tokens!r}")
+    if not _is_real(temperature) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature: expected a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k: expected None or an int >= 1, got {top_k!r}")
     was_training = model.training
     model.eval()
-    out = [input_ids]
-    logits, cache = model(input_ids)
-    for i in range(max_new_tokens):
-        last = logits[:, -1]
-        if temperature == 0:
-            token = last.argmax(dim=-1)
-        else:
-            last = last / temperature
-            if top_k is not None and top_k < last.shape[-1]:
-                kth = last.topk(top_k, dim=-1).values[:, -1:]
-                last = last.masked_fill(last < kth, -math.inf)
-            token = torch.multinomial(torch.softmax(last, dim=-1), 1, generator=generator)[:, 0]
-        out.append(token[:, None])
-        if i + 1 < max_new_tokens:
-            logits, cache = model(token[:, None], cache)
-    model.train(was_training)
+    out = [input_ids.long()]
+    try:
+        logits, cache = model(input_ids)
+        for i in range(max_new_tokens):
+            last = logits[:, -1]
+            scaled = last / temperature if temperature > 0 else last
+            if temperature == 0 or bool(scaled.isnan().any() or scaled.isposinf().any()):
+                token = last.argmax(dim=-1)  # greedy (also the limit of a temperature so small it overflows)
+            else:
+                if top_k is not None and top_k < scaled.shape[-1]:
+                    kth = scaled.topk(top_k, dim=-1).values[:, -1:]
+                    scaled = scaled.masked_fill(scaled < kth, -math.inf)
+                token = torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator)[:, 0]
+            out.append(token[:, None])
+            if i + 1 < max_new_tokens:
+                logits, cache = model(token[:, None], cache)
+    finally:
+        model.train(was_training)
     return torch.cat(out, dim=1)
