@@ -4,7 +4,7 @@ For each mixer (randomly initialised ``CausalLM`` of ``--preset``, fp32, no grad
 length ``L``:
 
 - prefill: one forward over ``L`` tokens (batch ``--batch``) → tokens/s = ``batch * L / seconds``
-  (minimum over ``--repeats``), plus the peak tensor memory of that call;
+  (minimum over ``--repeats`` after one untimed call), plus the peak tensor memory of that call;
 - decode: from the cache after the prefill, ``--decode-tokens`` single-token steps → tokens/s =
   ``batch * decode_tokens / seconds`` (the per-token cost at context ≈ ``L``).
 
@@ -53,6 +53,7 @@ def measure(model: CausalLM, context: int, args: argparse.Namespace) -> dict:
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (args.batch, context), device=args.device)
     step = torch.randint(0, vocab, (args.batch, 1), device=args.device)
+    model(ids)  # untimed warm-up (allocator, kernels), as in the TTT paper's benchmark protocol
     prefill_s = _best_seconds(lambda: model(ids), args.repeats, args.device)
     peak_mb = peak_bytes(lambda: model(ids), args.device) / 2**20
     _, cache = model(ids)
@@ -62,6 +63,7 @@ def measure(model: CausalLM, context: int, args: argparse.Namespace) -> dict:
         for _ in range(args.decode_tokens):
             _, c = model(step, c)
 
+    decode()  # untimed warm-up
     decode_s = _best_seconds(decode, args.repeats, args.device)
     return {
         "prefill_tok_s": args.batch * context / prefill_s,

@@ -135,13 +135,14 @@ def _run_recipe(args: argparse.Namespace) -> None:
         summary = module.train(cfg, run_dir, resume=args.resume, command=command_line())
         print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
         if args.eval:
-            module.evaluate(run_dir, command=command_line())
+            _print_summary(module, module.evaluate(run_dir, command=command_line()))
             print(f"report: {run_dir / 'report.md'}")
     elif args.verb == "eval":
         out = args.out or args.run_dir
-        module.evaluate(
+        res = module.evaluate(
             args.run_dir, which=args.checkpoint, overrides=args.overrides, command=command_line(), out_dir=out
         )
+        _print_summary(module, res)
         print(f"report: {out / 'report.md'}")
     else:
         path = preset_path(args.recipe, args.preset)
@@ -150,6 +151,12 @@ def _run_recipe(args: argparse.Namespace) -> None:
         res = cmp.compare(args.recipe, path, models, root, args.overrides, command=command_line())
         print(res["markdown"])
         print(f"comparison: {root / 'comparison.md'}")
+
+
+def _print_summary(module: object, results: dict) -> None:
+    summary = getattr(module, "summary", None)
+    if summary is not None:
+        print(summary(results))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -226,3 +226,8 @@ def test_stdlib_files_real():
     root = Path(T.sysconfig.get_paths()["stdlib"])
     rel = [p.relative_to(root).as_posix() for p in files]
     assert rel == sorted(rel) and "os.py" in rel
+
+
+def test_decode_rejects_float_ids_given_as_a_list():
+    with pytest.raises(ValueError, match="ids: expected integer byte ids"):
+        decode([65.7, 66.2])

@@ -89,6 +89,25 @@ def test_resume_after_interruption_continues_exactly(corpus, tmp_path, monkeypat
         torch.testing.assert_close(v, b["model"][k], rtol=0, atol=0, msg=k)
 
 
+def test_resume_keeps_every_tensorboard_scalar(corpus, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    lm.train(_cfg(corpus, "train.max_steps=3"), tmp_path / "run")
+    cfg_path = tmp_path / "run" / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("max_steps: 3", "max_steps: 6"))
+    lm.train(_cfg(corpus), tmp_path / "run", resume=True)
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+    assert [e.step for e in events.Scalars("val/val_bpb")] == [3, 6]
+
+
+def test_gradient_accumulation_counts_tokens(corpus, tmp_path):
+    lm.train(_cfg(corpus, "train.accumulation_steps=2", "train.max_steps=2"), tmp_path / "run")
+    res = lm.evaluate(tmp_path / "run")
+    assert res["run"]["trained_tokens"] == 2 * 2 * 4 * 32
+
+
 def test_compare_mixers_at_equal_token_budget(corpus, tmp_path, capsys):
     root = tmp_path / "cmp"
     args = ["lm", "compare", "--mixers", "ttt_mlp,softmax_attention", "--preset", "smoke"]
@@ -115,5 +134,12 @@ def test_bad_settings_name_the_key(corpus, tmp_path, capsys):
     with pytest.raises(ValueError, match="eval.splits"):
         lm.train(_cfg(corpus, "train.max_steps=1"), tmp_path / "e")
         lm.evaluate(tmp_path / "e", overrides=["eval.splits=[train,dev]"])
+    with pytest.raises(ValueError, match="model.hidden_size / num_attention_heads"):
+        lm.train(_cfg(corpus, "model.hidden_size=30"), tmp_path / "f")
+    with pytest.raises(ValueError, match="train.checkpoint_every_steps"):
+        lm.train(_cfg(corpus, "train.checkpoint_every_steps=0"), tmp_path / "g")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device: 'cuda' requested but CUDA is not available"):
+            lm.train(_cfg(corpus, "device=cuda"), tmp_path / "h")
     assert main(["lm", "generate", str(tmp_path / "nothing"), "--prompt", "x"]) == 2
     assert "config.yaml" in capsys.readouterr().err

@@ -127,6 +127,12 @@ class LMConfig:
             )
         if self.mixer not in SEQUENCE_LAYERS:
             raise ValueError(f"mixer: expected one of {SEQUENCE_LAYERS}, got {self.mixer!r}")
+        head_dim = self.hidden_size // self.num_attention_heads
+        if self.mixer in (*_TTT_MIXERS, "softmax_attention") and head_dim % 2:
+            raise ValueError(
+                f"hidden_size / num_attention_heads: expected an even head dim for RoPE "
+                f"(mixer {self.mixer!r}), got {self.hidden_size} / {self.num_attention_heads} = {head_dim}"
+            )
         if self.backbone not in BACKBONES:
             raise ValueError(f"backbone: expected one of {BACKBONES}, got {self.backbone!r}")
         if self.backbone == "mamba" and self.mixer not in _TTT_MIXERS:

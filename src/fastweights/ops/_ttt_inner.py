@@ -50,9 +50,7 @@ def _check_inputs(
     if not isinstance(lr, Tensor) or tuple(lr.shape) != (b, t, h):
         raise ValueError(f"lr: expected shape [B, T, H] = [{b}, {t}, {h}], got {describe(lr)}")
     if not isinstance(token_scale, Tensor) or token_scale.dim() != 1 or token_scale.shape[0] < 1:
-        raise ValueError(
-            f"token_scale: expected a 1-D tensor [mini_batch_size], got {describe(token_scale)}"
-        )
+        raise ValueError(f"token_scale: expected a 1-D tensor [mini_batch_size], got {describe(token_scale)}")
     expected = _param_shapes(names, h, d)
     for name, shape in expected.items():
         p = params[name]

@@ -201,6 +201,7 @@ def _dual(
 
 # ------------------------------------------------------------------------------------- public API
 
+
 def ttt_linear_reference(
     q: Tensor,
     k: Tensor,

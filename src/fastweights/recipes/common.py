@@ -80,10 +80,23 @@ def curriculum_stage(t: Any, step: int) -> tuple[int, int]:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``.
+
+    Raises:
+        ValueError: naming ``device`` for an unknown device or CUDA without a CUDA build/GPU.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {name!r} ({err})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device: {name!r} requested but CUDA is not available (torch {torch.__version__}); "
+            "use device=cpu or device=auto"
+        )
+    return device
 
 
 def _as_rgb(pool: ClassPool) -> ClassPool:
@@ -171,7 +184,8 @@ def make_optimizer(
 
 
 def loop_settings(o: Any) -> LoopSettings:
-    """The loop settings of a recipe's ``train`` section (``tensorboard`` when it has that field)."""
+    """The loop settings of a recipe's ``train`` section (``tensorboard`` and ``accumulation_steps`` when
+    it has those fields)."""
     return LoopSettings(
         max_steps=o.max_steps,
         max_minutes=o.max_minutes,
@@ -179,6 +193,7 @@ def loop_settings(o: Any) -> LoopSettings:
         checkpoint_every_steps=o.checkpoint_every_steps,
         grad_clip=o.grad_clip,
         tensorboard=getattr(o, "tensorboard", False),
+        accumulation_steps=getattr(o, "accumulation_steps", 1),
     )
 
 

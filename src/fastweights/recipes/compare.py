@@ -75,7 +75,7 @@ def compare(
     module, cfg_cls = recipe_module(recipe)
     unknown = [m for m in models if m not in SEQUENCE_LAYERS]
     if unknown or not models:
-        raise ValueError(f"models: expected names from {SEQUENCE_LAYERS}, got {models}")
+        raise ValueError(f"models (--models / --mixers): expected names from {SEQUENCE_LAYERS}, got {models}")
     run_root = Path(run_root)
     results = {}
     for name in models:

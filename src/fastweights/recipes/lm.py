@@ -2,8 +2,8 @@
 (Sun et al., arXiv 2407.04620; spec ``ttt_fla.md`` §1.10–§1.14, §2).
 
 ``train`` → ``run_dir/{config.yaml, command.txt, metrics.jsonl, tensorboard/, checkpoints/}``;
-``evaluate`` → ``results.json``, ``report.md``, ``plots/loss_by_position.png`` (bits per byte by token
-position: does the loss keep falling later in the context?); ``generate`` samples text;
+``evaluate`` → ``results.json``, ``report.md``, ``plots/loss_by_position_{valid,test}.png`` (bits per
+byte by token position: does the loss keep falling later in the context?); ``generate`` samples text;
 ``export`` writes a ``save_pretrained`` folder.
 """
 
@@ -53,6 +53,7 @@ __all__ = [
     "MODEL_KEY",
     "comparison_table",
     "plot_comparison",
+    "summary",
 ]
 
 MODEL_KEY = "model.mixer"  # what `compare` varies
@@ -69,6 +70,10 @@ def build_model(cfg: LMRecipeConfig) -> CausalLM:
         raise ValueError(
             f"model.vocab_size: expected {VOCAB_SIZE} (byte-level tokens), got {cfg.model.vocab_size}"
         )
+    try:
+        cfg.model.validate()
+    except ValueError as err:  # name the config section
+        raise ValueError(f"model.{err}") from None
     return CausalLM(cfg.model)
 
 
@@ -81,7 +86,14 @@ def load_splits(cfg: LMRecipeConfig) -> tuple[str, dict[str, torch.Tensor]]:
 
 def _check_train(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
     t = cfg.train
-    for name in ("batch_size", "seq_len", "max_steps", "val_every_steps", "val_windows"):
+    for name in (
+        "batch_size",
+        "accumulation_steps",
+        "seq_len",
+        "max_steps",
+        "val_every_steps",
+        "val_windows",
+    ):
         if getattr(t, name) < 1:
             raise ValueError(f"train.{name}: expected >= 1, got {getattr(t, name)}")
     if not 0.0 <= t.warmup_fraction < 1.0:
@@ -96,6 +108,11 @@ def _check_train(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
                 f"train.seq_len: the {split} cut has {len(splits[split])} bytes, fewer than seq_len + 1 = "
                 f"{t.seq_len + 1}; use a shorter seq_len or a larger corpus (data.path)"
             )
+
+
+def _tokens_per_step(cfg: LMRecipeConfig) -> int:
+    t = cfg.train
+    return t.batch_size * t.accumulation_steps * t.seq_len
 
 
 def position_losses(
@@ -141,7 +158,7 @@ def train(
         w = sample_windows(splits["train"], t.seq_len, t.batch_size, gen).to(device)
         logits, _ = model(w[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
-        return loss, {"tokens": (step + 1) * t.batch_size * t.seq_len, "train_bpb": loss.item() / LN2}
+        return loss, {"tokens": (step + 1) * _tokens_per_step(cfg), "train_bpb": loss.item() / LN2}
 
     def validate() -> dict[str, float]:
         loss = float(position_losses(model, val, t.batch_size).mean())
@@ -199,6 +216,15 @@ def evaluate(
     unknown = [s for s in e.splits if s not in cuts]
     if unknown or not e.splits:
         raise ValueError(f"eval.splits: expected names from {sorted(cuts)}, got {list(e.splits)}")
+    for name, value in (("windows", e.windows), ("batch_size", e.batch_size), ("seq_len", seq_len)):
+        if value < 1:
+            raise ValueError(f"eval.{name}: expected >= 1, got {value}")
+    for split in e.splits:
+        if len(cuts[split]) < seq_len + 1:
+            raise ValueError(
+                f"eval.seq_len: the {split} cut has {len(cuts[split])} bytes, fewer than one window of "
+                f"{seq_len} + 1"
+            )
     t0 = time.monotonic()
     splits = {}
     for split in e.splits:
@@ -220,7 +246,7 @@ def evaluate(
             **run_summary(cfg, run_dir, state, which, command, model_name=cfg.model.mixer),
             "eval_minutes": (time.monotonic() - t0) / 60,
             "parameters": model.num_parameters(),
-            "trained_tokens": state["step"] * cfg.train.batch_size * cfg.train.seq_len,
+            "trained_tokens": state["step"] * _tokens_per_step(cfg),
         },
         "lm": {"corpus": corpus, "seq_len": seq_len, "splits": splits},
     }
@@ -315,7 +341,8 @@ def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, split: 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of ``compare``: one row per mixer at the same token budget; bits per byte on each
-    evaluated cut, and on the first cut at position 1 and over the window's last half."""
+    evaluated cut, and on the first cut at position 1 and over the last position range of the report's
+    doubling ranges (e.g. 129–256 for 256-byte windows)."""
     first = next(iter(results.values()))["lm"]
     splits = list(first["splits"])
     late = _binned(first["splits"][splits[0]]["bpb_by_position"])[-1][0]
@@ -380,3 +407,9 @@ def export(run_dir: Path, out_dir: Path, which: str = "best") -> Path:
     _, _, model, _ = load_trained(Path(run_dir), LMRecipeConfig, build_model, which)
     model.cpu().save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def summary(results: dict[str, Any]) -> str:
+    """One line for the terminal: bits per byte on each evaluated cut."""
+    cuts = results["lm"]["splits"]
+    return ", ".join(f"{name} {c['bpb']:.4f} bits per byte" for name, c in cuts.items())

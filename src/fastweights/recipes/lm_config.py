@@ -28,7 +28,8 @@ class LMTrainConfig:
     ``ttt_fla.md`` §1.12: betas (0.9, 0.95), weight decay 0.1 on all parameters, clip 1.0, warm-up 10%
     of the steps, cosine to ``min_lr``)."""
 
-    batch_size: int = 16
+    batch_size: int = 16  # windows per forward pass (micro-batch)
+    accumulation_steps: int = 1  # micro-batches per optimiser step (gradients averaged)
     seq_len: int = 256
     lr: float = 3e-3
     min_lr: float = 1e-5
@@ -36,7 +37,7 @@ class LMTrainConfig:
     weight_decay: float = 0.1
     adam_betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
-    max_steps: int = 1000  # token budget = max_steps * batch_size * seq_len
+    max_steps: int = 1000  # optimiser steps; tokens = max_steps * batch_size * accumulation_steps * seq_len
     max_minutes: float = 0.0  # wall-clock safety cap; 0 = none
     val_every_steps: int = 100
     val_windows: int = 32  # validation windows of seq_len + 1 bytes

@@ -1,7 +1,8 @@
 """The training loop every recipe shares: steps, validation, best/latest checkpoints, exact resume.
 
 A recipe supplies ``step_fn(step) -> (loss, info)`` (build a batch, return the loss to minimise and
-loggable scalars) and ``validate_fn() -> {name: value}``; :func:`fit` runs Adam-style optimisation
+loggable scalars; called ``accumulation_steps`` times per optimiser step) and
+``validate_fn() -> {name: value}``; :func:`fit` runs Adam-style optimisation
 until ``max_steps`` or a wall-clock budget, validates every ``val_every_steps`` steps (and at the
 end), keeps the checkpoint with the best ``objective`` and a latest one, logs one JSONL record per
 validation, shows a progress bar, and on Ctrl-C saves before re-raising. With ``resume=True`` the
@@ -38,7 +39,14 @@ StateAccessors = dict[str, tuple[Callable[[], Any], Callable[[Any], None]]]
 
 @dataclass
 class LoopSettings:
-    """When to stop, validate and checkpoint (``max_minutes`` = 0: no time budget)."""
+    """When to stop, validate and checkpoint (``max_minutes`` = 0: no time budget).
+
+    ``accumulation_steps`` batches (``step_fn`` calls) are averaged into one optimiser step. Field names
+    equal the recipes' ``train.*`` keys, which the errors name.
+
+    Raises:
+        ValueError: for a negative budget, a period or accumulation count below 1, or a negative clip.
+    """
 
     max_steps: int
     max_minutes: float = 0.0
@@ -46,6 +54,15 @@ class LoopSettings:
     checkpoint_every_steps: int = 100
     grad_clip: float = 0.0  # max gradient norm; 0 = off
     tensorboard: bool = False  # also write TensorBoard scalars to run_dir/tensorboard
+    accumulation_steps: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("val_every_steps", "checkpoint_every_steps", "accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name}: expected >= 1, got {getattr(self, name)}")
+        for name in ("max_steps", "max_minutes", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name}: expected >= 0, got {getattr(self, name)}")
 
 
 def numpy_rng_state(rng: np.random.Generator) -> tuple[Callable[[], Any], Callable[[Any], None]]:
@@ -154,26 +171,30 @@ def fit(
     if s.tensorboard:
         from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=step if resume else None)
+        # scalars are logged at steps 1, 2, …; a resumed run drops what was logged after its checkpoint
+        writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=step + 1 if resume else None)
     loss_ema = None
     model.train()
     try:
         while step < s.max_steps and time.monotonic() - start < budget:
-            loss, info = step_fn(step)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            step_loss = 0.0
+            for _ in range(s.accumulation_steps):
+                loss, info = step_fn(step)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
+                (loss / s.accumulation_steps).backward()
+                step_loss += loss.item() / s.accumulation_steps
             if s.grad_clip > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
             optimizer.step()
             scheduler.step()
             step += 1
             elapsed = time.monotonic() - start
-            loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+            loss_ema = step_loss if loss_ema is None else 0.95 * loss_ema + 0.05 * step_loss
             bar.update(1)
             if writer is not None:
-                writer.add_scalar("train/loss", loss.item(), step)
+                writer.add_scalar("train/loss", step_loss, step)
                 writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
             shown = {k: info[k] for k in postfix if k in info}
             bar.set_postfix(
@@ -204,13 +225,11 @@ def fit(
     except KeyboardInterrupt:
         elapsed = time.monotonic() - start
         save(False)
-        bar.close()
-        if writer is not None:
-            writer.close()
         log.warning("interrupted at step %d; resume with --resume", step)
         raise
-    bar.close()
-    logger.close()
-    if writer is not None:
-        writer.close()
+    finally:
+        bar.close()
+        logger.close()
+        if writer is not None:
+            writer.close()
     return {"step": step, "minutes": elapsed / 60, **last_val}

@@ -36,10 +36,14 @@ def warmup_cosine(*, warmup_steps: int, total_steps: int, min_ratio: float) -> C
     The multiplier for optimiser step ``s`` (0-based) is evaluated at ``s + 1``.
 
     Raises:
-        ValueError: for ``warmup_steps < 0``, ``total_steps < 1`` or ``min_ratio`` outside ``[0, 1]``.
+        ValueError: unless ``0 <= warmup_steps <= total_steps``, ``total_steps >= 1`` and
+            ``min_ratio`` is in ``[0, 1]``.
     """
-    if warmup_steps < 0 or total_steps < 1:
-        raise ValueError(f"warmup_steps/total_steps: expected >= 0 / >= 1, got {warmup_steps}/{total_steps}")
+    if warmup_steps < 0 or total_steps < 1 or warmup_steps > total_steps:
+        raise ValueError(
+            f"warmup_steps/total_steps: expected 0 <= warmup_steps <= total_steps >= 1, "
+            f"got {warmup_steps}/{total_steps}"
+        )
     if not 0.0 <= min_ratio <= 1.0:
         raise ValueError(f"min_ratio: expected a value in [0, 1], got {min_ratio}")
 

@@ -73,7 +73,14 @@ def decode(ids: torch.Tensor | Sequence[int]) -> str:
     when it is not 1-D, not integer, or holds a value outside ``[0, 255]``.
     """
     try:
-        t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.int64)
+        seq = ids if isinstance(ids, torch.Tensor) else list(ids)
+        t = (
+            seq
+            if isinstance(seq, torch.Tensor)
+            else torch.as_tensor(seq)
+            if seq
+            else torch.empty(0, dtype=torch.int64)
+        )
     except (TypeError, ValueError, RuntimeError, OverflowError) as err:
         raise ValueError(f"ids: expected a tensor or sequence of byte ids in [0, 255] ({err})") from err
     if t.dim() != 1:
