@@ -13,9 +13,10 @@ reference ``ttt.py`` of ttt-lm-pytorch, restated in ``shared/spec/ttt_fla.md`` Â
 - initialisation: every ``nn.Linear`` / ``nn.Embedding`` ~ N(0, ``initializer_range``), biases 0.
 
 The TTT mixers are the reference's residual form exactly (``x + TTT(RMSNorm(x))``). The library's
-other layers (:mod:`fastweights.layers`) are already pre-norm residual sublayers with their own
-LayerNorm; they are used as they are (for ``softmax_attention``: causal, Llama-style RoPE on absolute
-positions, KV cache).
+other layers (:mod:`fastweights.layers`) are residual sublayers already and are used as they are:
+softmax attention (causal, Llama-style RoPE on absolute positions, KV cache), DeltaNet and linear
+attention as ``x + out(Mixer(LayerNorm(x)))``; the SRWM keeps its reference placement
+``LayerNorm(x) + out(SRWM(x))`` (not pre-norm) and SR-Delta ``x + out(Mixer(x))`` (no norm).
 
 State dict keys equal the reference ``TTTForCausalLM`` (``model.layers.{i}.seq_modeling_block.*``,
 ``model.layers.{i}.mlp.{gate,up,down}_proj``, ``model.layers.{i}.conv.{norm,conv}``, ``ffn_norm``,
