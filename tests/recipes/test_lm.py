@@ -143,3 +143,10 @@ def test_bad_settings_name_the_key(corpus, tmp_path, capsys):
             lm.train(_cfg(corpus, "device=cuda"), tmp_path / "h")
     assert main(["lm", "generate", str(tmp_path / "nothing"), "--prompt", "x"]) == 2
     assert "config.yaml" in capsys.readouterr().err
+
+
+def test_config_errors_leave_no_run_folder(corpus, tmp_path):
+    for i, override in enumerate(["model.mixer=nope", "train.lr=0", "train.checkpoint_every_steps=0"]):
+        with pytest.raises(ValueError):
+            lm.train(_cfg(corpus, override), tmp_path / f"r{i}")
+        assert not (tmp_path / f"r{i}").exists()

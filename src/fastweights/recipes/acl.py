@@ -92,6 +92,18 @@ def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, dev
     return out
 
 
+def _check(cfg: ACLConfig) -> None:
+    t = cfg.train
+    if t.num_tasks < 1:
+        raise ValueError(f"train.num_tasks: expected >= 1, got {t.num_tasks}")
+    if max([t.n_way, t.label_space] + [s.n_way for s in t.curriculum]) > cfg.model.num_classes:
+        raise ValueError(
+            f"train.n_way / train.label_space / curriculum n_way: expected <= model.num_classes="
+            f"{cfg.model.num_classes}, got {t.n_way} / {t.label_space} / {[s.n_way for s in t.curriculum]}"
+        )
+    resolve_device(cfg.device)
+
+
 def train(
     cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
 ) -> dict[str, Any]:
@@ -109,15 +121,9 @@ def train(
         ValueError: if ``num_tasks * n_way`` exceeds the meta-training classes (from the sampler).
     """
     run_dir = Path(run_dir)
-    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)  # a resumed run appends its command
+    # a resumed run appends its command; config errors are raised before anything is written
+    cfg = prepare_run(cfg, run_dir, resume=resume, command=command, check=_check)
     t = cfg.train
-    if t.num_tasks < 1:
-        raise ValueError(f"train.num_tasks: expected >= 1, got {t.num_tasks}")
-    if max([t.n_way, t.label_space] + [s.n_way for s in t.curriculum]) > cfg.model.num_classes:
-        raise ValueError(
-            f"train.n_way / train.label_space / curriculum n_way: expected <= model.num_classes="
-            f"{cfg.model.num_classes}, got {t.n_way} / {t.label_space} / {[s.n_way for s in t.curriculum]}"
-        )
     if t.threads:
         torch.set_num_threads(t.threads)
     device = resolve_device(cfg.device)

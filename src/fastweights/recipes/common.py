@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -197,16 +198,27 @@ def loop_settings(o: Any) -> LoopSettings:
     )
 
 
-def prepare_run(cfg: C, run_dir: Path, *, resume: bool, command: str | None) -> C:
-    """Check/create ``run_dir``, reload its ``config.yaml`` when resuming, write config and command.
+def prepare_run(
+    cfg: C,
+    run_dir: Path,
+    *,
+    resume: bool,
+    command: str | None,
+    check: Callable[[C], None] | None = None,
+) -> C:
+    """Check/create ``run_dir``, reload its ``config.yaml`` when resuming, run ``check(cfg)`` (the
+    recipe's config validation) before anything is written, then write config and command.
 
     Raises:
         FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        ValueError: from ``check`` (nothing is written then).
     """
     run_dir = Path(run_dir)
     open_run_dir(run_dir, resume)
     if resume and (run_dir / "config.yaml").exists():
         cfg = config_from_yaml(type(cfg), (run_dir / "config.yaml").read_text())
+    if check is not None:
+        check(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
     if command:  # a resumed run keeps the commands that started it
@@ -288,10 +300,25 @@ class RecipeRun:
     synthetic: torch.Generator
 
 
-def start_run(cfg: Any, run_dir: Path, *, resume: bool, command: str | None) -> RecipeRun:
-    """:func:`prepare_run`, then threads, device and seeds from ``cfg.train``."""
+def start_run(
+    cfg: Any,
+    run_dir: Path,
+    *,
+    resume: bool,
+    command: str | None,
+    check: Callable[[Any], None] | None = None,
+) -> RecipeRun:
+    """:func:`prepare_run` (``check`` + the device and loop settings are validated before anything is
+    written), then threads, device and seeds from ``cfg.train``."""
     run_dir = Path(run_dir)
-    cfg = prepare_run(cfg, run_dir, resume=resume, command=command)
+
+    def check_all(c: Any) -> None:
+        resolve_device(c.device)
+        loop_settings(c.train)
+        if check is not None:
+            check(c)
+
+    cfg = prepare_run(cfg, run_dir, resume=resume, command=command, check=check_all)
     t = cfg.train
     if t.threads:
         torch.set_num_threads(t.threads)

@@ -76,9 +76,8 @@ def train(
         FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
         ValueError: for ``n_way`` above the model's outputs or the pools' class counts.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command)
+    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check)
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
-    _check(cfg)
     t = cfg.train
     pools = load_pools(cfg.data)
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)

@@ -84,7 +84,9 @@ def load_splits(cfg: LMRecipeConfig) -> tuple[str, dict[str, torch.Tensor]]:
     return name, split_corpus(data, valid_fraction=d.valid_fraction, test_fraction=d.test_fraction)
 
 
-def _check_train(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
+def _check_config(cfg: LMRecipeConfig) -> None:
+    """Config-only checks, run before the run folder is written."""
+    build_model(cfg)  # model.* fields
     t = cfg.train
     for name in (
         "batch_size",
@@ -102,6 +104,10 @@ def _check_train(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
         raise ValueError(f"train.lr: expected > 0, got {t.lr}")
     if not 0.0 <= t.min_lr <= t.lr:
         raise ValueError(f"train.min_lr: expected a value in [0, train.lr={t.lr}], got {t.min_lr}")
+
+
+def _check_data(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
+    t = cfg.train
     for split in ("train", "valid"):
         if len(splits[split]) < t.seq_len + 1:
             raise ValueError(
@@ -145,12 +151,12 @@ def train(
         ValueError: for bad train/model fields or a corpus too short for ``train.seq_len``.
         FileNotFoundError: if ``data.path`` does not exist.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command)
+    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check_config)
     cfg, device = run.cfg, run.device
     t = cfg.train
     model = build_model(cfg).to(device)
     _, splits = load_splits(cfg)
-    _check_train(cfg, splits)
+    _check_data(cfg, splits)
     val = eval_windows(splits["valid"], t.seq_len, t.val_windows)
     gen = torch.Generator().manual_seed(t.seed)
 

@@ -84,9 +84,8 @@ def train(
         FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
         ValueError: for a bad ``n_way``/``max_trim`` or domains with different image formats.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command)
+    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check)
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
-    _check(cfg)
     t = cfg.train
     model = build_model(cfg).to(device)
     pools = {
