@@ -377,6 +377,11 @@ def _load_any(path: Path, which: str) -> tuple[CausalLM, torch.device]:
     if (path / "config.json").exists() and not (path / "config.yaml").exists():
         model = CausalLM.from_pretrained(path)
         return model, torch.device("cpu")
+    if not (path / "config.yaml").exists():
+        raise FileNotFoundError(
+            f"run_dir: expected a run folder ({path}/config.yaml + checkpoints/, written by `lm train`) or "
+            f"an `lm export` folder ({path}/config.json + model.safetensors)"
+        )
     _, _, model, device = load_trained(path, LMRecipeConfig, build_model, which)
     return model, device
 
