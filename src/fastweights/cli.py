@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -16,23 +17,8 @@ def _parser() -> argparse.ArgumentParser:
     recipes = p.add_subparsers(dest="recipe", required=True)
     acl = recipes.add_parser("acl", help="Automated Continual Learning: metalearn and evaluate")
     verbs = acl.add_subparsers(dest="verb", required=True)
-    tr = verbs.add_parser("train", help="meta-train a model (writes config, metrics, checkpoints)")
-    tr.add_argument("--preset", default="quick", help="configs/acl/<preset>.yaml or a YAML path")
-    tr.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/acl-<preset>)")
-    tr.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
-    tr.add_argument("--eval", action="store_true", help="evaluate the best checkpoint after training")
-    tr.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.max_steps=100")
-    ev = verbs.add_parser("eval", help="evaluate a run folder (results.json, report.md, plots/)")
-    ev.add_argument("run_dir", type=Path)
-    ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
-    ev.add_argument("--out", type=Path, default=None, help="write results/report here (default: RUN_DIR)")
-    ev.add_argument(
-        "overrides", nargs="*", help="key=value overrides of the eval section, e.g. eval.split_runs=2"
-    )
-    ex = verbs.add_parser("export", help="slim copy of a run (model weights + config) for sharing")
-    ex.add_argument("run_dir", type=Path)
-    ex.add_argument("out_dir", type=Path)
-    ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    _add_train_eval(verbs, "acl", "quick", eval_example="eval.split_runs=2")
+    _add_export(verbs, "slim copy of a run (model weights + config) for sharing")
     cu = verbs.add_parser("curves", help="plot validation accuracy vs wall-clock minutes of several runs")
     cu.add_argument("run_dirs", type=Path, nargs="+")
     cu.add_argument("--out", type=Path, required=True, help="output PNG")
@@ -60,24 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     ge.add_argument("--top-k", type=int, default=None)
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--checkpoint", choices=["best", "latest"], default="best")
-    ex = verbs.add_parser("export", help="config.json + model.safetensors (CausalLM.from_pretrained)")
-    ex.add_argument("run_dir", type=Path)
-    ex.add_argument("out_dir", type=Path)
-    ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    _add_export(verbs, "config.json + model.safetensors (CausalLM.from_pretrained)")
     return p
 
 
-def _add_recipe(
-    recipes: argparse._SubParsersAction,
-    name: str,
-    what: str,
-    *,
-    compare_flag: str = "--models",
-    compare_example: str = "srwm,deltanet,lstm",
-    preset: str = "quick",
-) -> argparse._SubParsersAction:
-    rp = recipes.add_parser(name, help=what)
-    verbs = rp.add_subparsers(dest="verb", required=True)
+def _add_train_eval(verbs: argparse._SubParsersAction, name: str, preset: str, *, eval_example: str) -> None:
+    """The ``train`` and ``eval`` verbs every recipe has (same contract for all recipes)."""
     tr = verbs.add_parser("train", help="train a model (writes config, metrics, checkpoints)")
     tr.add_argument(
         "--preset", default=preset, help=f"configs/{name}/<preset>.yaml or a YAML path (default: {preset})"
@@ -92,7 +66,28 @@ def _add_recipe(
     ev.add_argument("run_dir", type=Path)
     ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     ev.add_argument("--out", type=Path, default=None, help="write results/report here (default: RUN_DIR)")
-    ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. eval.episodes=200")
+    ev.add_argument("overrides", nargs="*", help=f"key=value overrides, e.g. {eval_example}")
+
+
+def _add_export(verbs: argparse._SubParsersAction, what: str) -> None:
+    ex = verbs.add_parser("export", help=what)
+    ex.add_argument("run_dir", type=Path)
+    ex.add_argument("out_dir", type=Path)
+    ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+
+
+def _add_recipe(
+    recipes: argparse._SubParsersAction,
+    name: str,
+    what: str,
+    *,
+    compare_flag: str = "--models",
+    compare_example: str = "srwm,deltanet,lstm",
+    preset: str = "quick",
+) -> argparse._SubParsersAction:
+    rp = recipes.add_parser(name, help=what)
+    verbs = rp.add_subparsers(dest="verb", required=True)
+    _add_train_eval(verbs, name, preset, eval_example="eval.episodes=200")
     co = verbs.add_parser("compare", help="train + evaluate one run per sequence layer; one table + plot")
     co.add_argument(
         compare_flag,
@@ -110,7 +105,7 @@ def _add_recipe(
 
 
 def _run_recipe(args: argparse.Namespace) -> None:
-    from fastweights.config import load_config, preset_path
+    from fastweights.config import preset_path
     from fastweights.recipes import compare as cmp
     from fastweights.recipes.common import command_line
 
@@ -128,7 +123,23 @@ def _run_recipe(args: argparse.Namespace) -> None:
         print(text)
     elif args.verb == "export":
         print(f"exported {module.export(args.run_dir, args.out_dir, which=args.checkpoint)}")
-    elif args.verb == "train":
+    elif args.verb in ("train", "eval"):
+        _train_or_eval(args, module, cfg_cls)
+    else:
+        path = preset_path(args.recipe, args.preset)
+        root = args.run_root or Path("runs") / f"{args.recipe}-compare-{path.stem}"
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        res = cmp.compare(args.recipe, path, models, root, args.overrides, command=command_line())
+        print(res["markdown"])
+        print(f"comparison: {root / 'comparison.md'}")
+
+
+def _train_or_eval(args: argparse.Namespace, module: Any, cfg_cls: type) -> None:
+    """``<recipe> train`` (+ ``--eval``) or ``<recipe> eval``: the contract all recipes share."""
+    from fastweights.config import load_config, preset_path
+    from fastweights.recipes.common import command_line
+
+    if args.verb == "train":
         path = preset_path(args.recipe, args.preset)
         cfg = load_config(cfg_cls, path, args.overrides)
         run_dir = args.run_dir or Path("runs") / f"{args.recipe}-{path.stem}"
@@ -137,20 +148,13 @@ def _run_recipe(args: argparse.Namespace) -> None:
         if args.eval:
             _print_summary(module, module.evaluate(run_dir, command=command_line()))
             print(f"report: {run_dir / 'report.md'}")
-    elif args.verb == "eval":
-        out = args.out or args.run_dir
-        res = module.evaluate(
-            args.run_dir, which=args.checkpoint, overrides=args.overrides, command=command_line(), out_dir=out
-        )
-        _print_summary(module, res)
-        print(f"report: {out / 'report.md'}")
-    else:
-        path = preset_path(args.recipe, args.preset)
-        root = args.run_root or Path("runs") / f"{args.recipe}-compare-{path.stem}"
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
-        res = cmp.compare(args.recipe, path, models, root, args.overrides, command=command_line())
-        print(res["markdown"])
-        print(f"comparison: {root / 'comparison.md'}")
+        return
+    out = args.out or args.run_dir
+    res = module.evaluate(
+        args.run_dir, which=args.checkpoint, overrides=args.overrides, command=command_line(), out_dir=out
+    )
+    _print_summary(module, res)
+    print(f"report: {out / 'report.md'}")
 
 
 def _print_summary(module: object, results: dict) -> None:
@@ -188,36 +192,17 @@ def _guarded(fn: Callable[[], None]) -> int:
 
 
 def _run_acl(args: argparse.Namespace) -> None:
-    from fastweights.config import load_config, preset_path
     from fastweights.recipes import acl
     from fastweights.recipes.acl_config import ACLConfig
-    from fastweights.recipes.common import command_line
 
-    if args.verb == "train":
-        path = preset_path("acl", args.preset)
-        cfg = load_config(ACLConfig, path, args.overrides)
-        run_dir = args.run_dir or Path("runs") / f"acl-{path.stem}"
-        summary = acl.train(cfg, run_dir, resume=args.resume, command=command_line())
-        print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
-        if args.eval:
-            acl.evaluate(run_dir, command=command_line())
-            print(f"report: {run_dir / 'report.md'}")
+    if args.verb in ("train", "eval"):
+        _train_or_eval(args, acl, ACLConfig)
     elif args.verb == "curves":
         labels = args.labels.split(",") if args.labels else None
         print(acl.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))
     elif args.verb == "export":
         path = acl.export(args.run_dir, args.out_dir, which=args.checkpoint)
         print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB)")
-    else:
-        out = args.out or args.run_dir
-        acl.evaluate(
-            args.run_dir,
-            which=args.checkpoint,
-            overrides=args.overrides,
-            command=command_line(),
-            out_dir=out,
-        )
-        print(f"report: {out / 'report.md'}")
 
 
 if __name__ == "__main__":
