@@ -33,13 +33,15 @@ from fastweights.recipes.common import (
     build_classifier,
     curriculum_stage,
     load_trained,
+    loop_settings,
     prepare_run,
     resolve_device,
+    run_summary,
 )
 from fastweights.recipes.report import plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
-from fastweights.train.loop import LoopSettings, fit, numpy_rng_state
+from fastweights.train.loop import fit, numpy_rng_state
 from fastweights.train.schedules import lr_multiplier
 
 __all__ = [
@@ -185,13 +187,7 @@ def train(
         scheduler=sched,
         step_fn=step_fn,
         validate_fn=lambda: _validate(model, val_sampler, t, t.val_episodes, device),
-        settings=LoopSettings(
-            max_steps=t.max_steps,
-            max_minutes=t.max_minutes,
-            val_every_steps=t.val_every_steps,
-            checkpoint_every_steps=t.checkpoint_every_steps,
-            grad_clip=t.grad_clip,
-        ),
+        settings=loop_settings(t),
         objective="val_objective",
         resume=resume,
         extra_state={
@@ -255,18 +251,7 @@ def evaluate(
         )
     table = summarize_task_pairs(accs)
     results: dict[str, Any] = {
-        "run": {
-            "preset": cfg.name,
-            "run_dir": str(run_dir),
-            "checkpoint": which,
-            "steps": state["step"],
-            "train_minutes": state["elapsed_seconds"] / 60,
-            "acl_loss": cfg.train.acl_loss,
-            "command": (run_dir / "command.txt").read_text().strip()
-            if (run_dir / "command.txt").exists()
-            else "",
-            "eval_command": command or "",
-        },
+        "run": {**run_summary(cfg, run_dir, state, which, command), "acl_loss": cfg.train.acl_loss},
         "fewshot": {
             "dataset": "FontGlyphs/test",
             "n_way": e.n_way,
