@@ -9,10 +9,10 @@ import torch
 
 from fastweights.cli import main
 from fastweights.config import load_config, preset_path
+from fastweights.io import read_jsonl
 from fastweights.models.lm import CausalLM
 from fastweights.recipes import lm
 from fastweights.recipes.lm_config import LMRecipeConfig
-from fastweights.train.io import read_jsonl
 
 WORDS = "and the of that in he shall unto for i his a lord they be is him not them it with all thou".split()
 

@@ -3,13 +3,13 @@ import json
 import pytest
 from PIL import Image
 
+from fastweights.io import JsonlLogger
 from fastweights.recipes.report import (
     plot_accuracy_matrix,
     plot_forgetting,
     plot_learning_curves,
     write_report,
 )
-from fastweights.train.io import JsonlLogger
 
 
 def _results():

@@ -37,10 +37,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from fastweights.io import atomic_write_bytes, atomic_write_json
 from fastweights.layers import SEQUENCE_LAYERS, SequenceLayer, make_sequence_layer
 from fastweights.layers.base import check_layer_input
 from fastweights.layers.conv import causal_depthwise_conv
-from fastweights.train.io import atomic_write_bytes, atomic_write_json
 
 __all__ = [
     "LMConfig",

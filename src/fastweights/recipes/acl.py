@@ -27,6 +27,7 @@ from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
 from fastweights.data.sources.glyphs import load_font_glyphs
 from fastweights.data.sources.idx import load_idx_dataset
+from fastweights.io import atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
 from fastweights.recipes.common import (
@@ -40,7 +41,6 @@ from fastweights.recipes.common import (
 )
 from fastweights.recipes.report import plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.train.loop import fit, numpy_rng_state
 from fastweights.train.schedules import lr_multiplier
 

@@ -18,11 +18,11 @@ from fastweights.config import apply_overrides, config_from_yaml, config_to_yaml
 from fastweights.data.registry import CLASS_POOLS, SPLIT_DATASETS, load_class_pools, load_split_dataset
 from fastweights.data.sources.base import ClassPool
 from fastweights.data.split_pools import split_dataset_pools
+from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ModelConfig
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.io import atomic_write_text, read_jsonl
 from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, open_run_dir
 from fastweights.train.schedules import lr_multiplier
 

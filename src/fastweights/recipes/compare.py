@@ -15,10 +15,10 @@ from types import ModuleType
 from typing import Any
 
 from fastweights.config import load_config
+from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.recipes.report import md_table
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.io import atomic_write_json, atomic_write_text
 
 __all__ = ["compare", "RECIPES", "recipe_module"]
 

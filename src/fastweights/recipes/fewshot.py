@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from fastweights.cl.fewshot import evaluate_fewshot, fewshot_loss
 from fastweights.cl.objective import embed_tasks, synthetic_feature_tasks
 from fastweights.data.episodes import EpisodeSampler
+from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.common import (
     build_classifier,
@@ -33,7 +34,6 @@ from fastweights.recipes.common import (
 )
 from fastweights.recipes.fewshot_config import FewShotConfig
 from fastweights.recipes.report import plot_learning_curves
-from fastweights.train.io import atomic_write_json, atomic_write_text, read_jsonl
 
 __all__ = [
     "train",
@@ -256,6 +256,4 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
     ax.set_ylabel("meta-test accuracy (%)")
     ax.set_title(f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot")
     ax.grid(axis="y", alpha=0.3)
-    tmp = Path(run_root) / "comparison.tmp.png"
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    tmp.replace(Path(run_root) / "comparison.png")
+    atomic_save_figure(fig, Path(run_root) / "comparison.png")

@@ -28,6 +28,7 @@ from fastweights.data.sources.text import (
     sample_windows,
     split_corpus,
 )
+from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.common import (
     command_markdown,
@@ -38,7 +39,6 @@ from fastweights.recipes.common import (
 )
 from fastweights.recipes.lm_config import LMRecipeConfig
 from fastweights.recipes.report import md_table
-from fastweights.train.io import atomic_write_json, atomic_write_text
 from fastweights.train.loop import fit
 from fastweights.train.schedules import warmup_cosine
 
@@ -340,9 +340,7 @@ def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, split: 
     ax.grid(alpha=0.3)
     ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    tmp.replace(path)
+    atomic_save_figure(fig, path)
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:

@@ -18,7 +18,6 @@ pyplot, no global backend switch), so this module is safe to import anywhere.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import re
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from fastweights.train.io import atomic_write_bytes, atomic_write_text, read_jsonl
+from fastweights.io import atomic_save_figure, atomic_write_text, read_jsonl
 
 __all__ = ["md_table", "plot_accuracy_matrix", "plot_forgetting", "plot_learning_curves", "write_report"]
 
@@ -45,15 +44,6 @@ _BAR_COLORS = ("#4C72B0", "#55A868", "#C44E52")
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def _save_figure(fig: Figure, path: PathLike) -> Path:
-    """Render ``fig`` to PNG in memory and write it atomically."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    p = Path(path)
-    atomic_write_bytes(p, buf.getvalue())
-    return p
-
-
 def _as_float(x: Any) -> float:
     """None → NaN; numbers → float."""
     return math.nan if x is None else float(x)
@@ -154,7 +144,7 @@ def plot_accuracy_matrix(
     ax.set_xlabel("evaluated on task j")
     ax.set_ylabel("after learning task i")
     ax.set_title(title)
-    return _save_figure(fig, path)
+    return atomic_save_figure(fig, path)
 
 
 def plot_forgetting(
@@ -238,7 +228,7 @@ def plot_forgetting(
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper center", ncol=3, framealpha=0.9)
-    return _save_figure(fig, path)
+    return atomic_save_figure(fig, path)
 
 
 def plot_learning_curves(
@@ -289,7 +279,7 @@ def plot_learning_curves(
     ax.set_title(title if title is not None else f"{ylabel} vs {xlabel}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save_figure(fig, path)
+    return atomic_save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------ report

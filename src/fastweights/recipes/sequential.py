@@ -27,6 +27,7 @@ from fastweights.cl.sequential import (
     sequential_loss,
 )
 from fastweights.data.episodes import EpisodeSampler
+from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.common import (
     build_classifier,
@@ -39,7 +40,6 @@ from fastweights.recipes.common import (
     start_run,
 )
 from fastweights.recipes.fewshot_config import SequentialConfig
-from fastweights.train.io import atomic_write_json, atomic_write_text
 
 __all__ = [
     "train",
@@ -235,9 +235,7 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    tmp.replace(path)
+    atomic_save_figure(fig, path)
     return path
 
 

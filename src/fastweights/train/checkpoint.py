@@ -1,7 +1,7 @@
 """Resumable checkpoints: atomic ``latest.pt`` / ``best.pt`` and RNG-state capture.
 
 Layout: ``<run_dir>/checkpoints/latest.pt`` (written at every save) and ``best.pt`` (written when the
-save is marked best). Both are written with :func:`fastweights.train.io.atomic_torch_save`, so an
+save is marked best). Both are written with :func:`fastweights.io.atomic_torch_save`, so an
 interrupted save never corrupts the previous checkpoint.
 
 A checkpoint ``state`` is a plain dict chosen by the training loop, typically::
@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from fastweights.train.io import atomic_torch_save
+from fastweights.io import atomic_torch_save
 
 __all__ = ["CheckpointManager", "capture_rng_state", "restore_rng_state"]
 

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from fastweights.io import JsonlLogger
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
-from fastweights.train.io import JsonlLogger
 
 __all__ = ["LoopSettings", "fit", "numpy_rng_state", "open_run_dir"]
 

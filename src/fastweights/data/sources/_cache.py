@@ -6,15 +6,15 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-__all__ = ["default_cache_dir", "atomic_write", "files_fingerprint", "cache_key", "load_or_build_npz"]
+from fastweights.io import atomic_write_with
+
+__all__ = ["default_cache_dir", "files_fingerprint", "cache_key", "load_or_build_npz"]
 
 log = logging.getLogger(__name__)
 
@@ -23,24 +23,6 @@ def default_cache_dir() -> Path:
     """``$FASTWEIGHTS_CACHE`` if set, else ``~/.cache/fastweights``."""
     env = os.environ.get("FASTWEIGHTS_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "fastweights"
-
-
-def atomic_write(path: Path, write: Callable[[Any], None], mode: str) -> None:
-    """Write ``path`` through ``write(file)`` into a temporary file of the same folder, then rename it.
-
-    Readers never see a partial file; on any error the temporary file is removed and ``path`` keeps
-    its old content. The file is made readable by everyone (the cache is meant to be shared).
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def files_fingerprint(paths: Iterable[Path]) -> list[tuple[str, int, int]]:
@@ -75,6 +57,6 @@ def load_or_build_npz(path: Path | None, build: Callable[[], dict[str, np.ndarra
     arrays = build()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda f: np.savez(f, **arrays), "wb")
+        atomic_write_with(path, lambda f: np.savez(f, **arrays), mode=0o644)
         log.info("cached %s", path)
     return arrays

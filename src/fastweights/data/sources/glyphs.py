@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ._cache import atomic_write, default_cache_dir
+from fastweights.io import atomic_write_text, atomic_write_with
+
+from ._cache import default_cache_dir
 from ._fonts import discover_fonts, font_fingerprint
 from ._glyph_build import SPLITS, GlyphConfig, build_glyphs
 from .base import ClassPool
@@ -131,8 +133,8 @@ def _load_or_build(
     arrays, info = build_glyphs(cfg, fonts, workers, progress)
     info = {"config": asdict(cfg), **info}
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path.with_suffix(".json"), lambda f: json.dump(info, f, indent=1), "w")
-    atomic_write(path, lambda f: np.savez(f, **arrays), "wb")
+    atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=1))
+    atomic_write_with(path, lambda f: np.savez(f, **arrays), mode=0o644)
     log.info("FontGlyphs built in %.1f s -> %s", info["build_seconds"], path)
     return _pools(arrays)
 

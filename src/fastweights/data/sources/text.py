@@ -30,7 +30,9 @@ from pathlib import Path
 
 import torch
 
-from ._cache import atomic_write, cache_key, default_cache_dir, files_fingerprint
+from fastweights.io import atomic_write_with
+
+from ._cache import cache_key, default_cache_dir, files_fingerprint
 
 __all__ = [
     "VOCAB_SIZE",
@@ -169,7 +171,7 @@ def _cached(
     data = build()
     if data and path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda f: f.write(data), "wb")
+        atomic_write_with(path, lambda f: f.write(data), mode=0o644)
         log.info("cached %s (%d bytes)", path, len(data))
     return data
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from fastweights.train import io as fio
-from fastweights.train.io import (
+from fastweights import io as fio
+from fastweights.io import (
     JsonlLogger,
     atomic_torch_save,
     atomic_write_bytes,

@@ -1,4 +1,6 @@
-"""Crash-safe file output: atomic writes and an append-only JSON-lines log.
+"""Crash-safe file output, the one module every writer of the package uses: atomic writes (bytes, text,
+JSON, ``torch.save``, matplotlib figures, or any ``write(file)`` callback) and an append-only JSON-lines
+log.
 
 Atomic writes go to a temporary file in the destination folder, are flushed and ``fsync``-ed, and then
 moved over the destination with :func:`os.replace` (atomic on POSIX and Windows for paths on the same
@@ -25,6 +27,8 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_json",
     "atomic_torch_save",
+    "atomic_write_with",
+    "atomic_save_figure",
     "JsonlLogger",
     "read_jsonl",
 ]
@@ -59,8 +63,11 @@ def _fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def _atomic_binary(path: PathLike) -> Iterator[IO[bytes]]:
-    """Yield a binary file that replaces ``path`` atomically when the block exits without error."""
+def _atomic_binary(path: PathLike, *, mode: int | None = None) -> Iterator[IO[bytes]]:
+    """Yield a binary file that replaces ``path`` atomically when the block exits without error.
+
+    ``mode``: file permissions of the result (default: ``0o666`` minus the umask).
+    """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
@@ -70,7 +77,7 @@ def _atomic_binary(path: PathLike) -> Iterator[IO[bytes]]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
+        os.chmod(tmp, (0o666 & ~_UMASK) if mode is None else mode)  # mkstemp creates 0600
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -129,6 +136,31 @@ def atomic_torch_save(obj: Any, path: PathLike) -> None:
     """``torch.save(obj, path)`` atomically: a crash or error mid-save leaves the old file intact."""
     with _atomic_binary(path) as f:
         torch.save(obj, f)
+
+
+def atomic_write_with(path: PathLike, write: Any, *, mode: int | None = None) -> None:
+    """Write ``path`` atomically through ``write(binary_file)`` (e.g. ``lambda f: np.savez(f, **arrays)``).
+
+    Args:
+        mode: permissions of the written file (default ``0o666`` minus the umask; the data cache
+            passes ``0o644`` so it can be shared).
+
+    Raises:
+        OSError: on file-system errors (the previous file, if any, is left intact).
+    """
+    with _atomic_binary(path, mode=mode) as f:
+        write(f)
+
+
+def atomic_save_figure(fig: Any, path: PathLike, *, dpi: int = 120) -> Path:
+    """Save a matplotlib ``Figure`` as PNG at ``path`` atomically (rendered in memory first); returns
+    ``path`` as a :class:`~pathlib.Path`."""
+    import io as _io
+
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)
 
 
 class JsonlLogger:
