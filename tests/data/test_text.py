@@ -87,6 +87,33 @@ def test_load_corpus_errors(tmp_path):
         load_corpus(folder)
 
 
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [
+        (b"text\x00\x01binary", r"NUL byte at offset 4"),
+        (b"caf\xe9 latin-1", r"non-UTF-8 byte at offset 3"),
+        (bytes(range(256)), r"NUL byte at offset 0"),
+        (b"ok\xff\x00", r"non-UTF-8 byte at offset 2"),
+    ],
+)
+def test_load_corpus_refuses_binary_and_non_utf8(tmp_path, content, what):
+    f = tmp_path / "c.txt"
+    f.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"data\.path: expected UTF-8 text, given .*c\.txt.*{what}"):
+        load_corpus(f)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "ok.txt").write_text("fine")
+    (folder / "bad.md").write_bytes(content)
+    with pytest.raises(ValueError, match=r"data\.path: .*bad\.md"):
+        load_corpus(folder)
+
+
+def test_load_corpus_empty_string_is_not_the_current_folder():
+    with pytest.raises(ValueError, match=r"data\.path: .*null for the built-in corpus.*given ''"):
+        load_corpus("")
+
+
 def test_split_corpus():
     data = bytes(range(256)) * 4  # 1024 bytes
     s = split_corpus(data, valid_fraction=0.1, test_fraction=0.05)

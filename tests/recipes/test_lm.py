@@ -143,6 +143,13 @@ def test_bad_settings_name_the_key(corpus, tmp_path, capsys):
             lm.train(_cfg(corpus, "device=cuda"), tmp_path / "h")
     assert main(["lm", "generate", str(tmp_path / "nothing"), "--prompt", "x"]) == 2
     assert "config.yaml" in capsys.readouterr().err
+    for n in ("-1", "100001"):
+        assert main(["lm", "generate", str(tmp_path / "e"), "--prompt", "x", "--max-new-tokens", n]) == 2
+        err = capsys.readouterr().err.strip()
+        assert (
+            err.startswith("fastweights: error: --max-new-tokens: expected 0..100,000 bytes")
+            and "\n" not in err
+        )
 
 
 def test_config_errors_leave_no_run_folder(corpus, tmp_path):

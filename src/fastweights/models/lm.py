@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -489,10 +490,12 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    progress: Callable[[int], Any] | None = None,
 ) -> Tensor:
     """Prefill ``input_ids [B, T]`` (T ≥ 1) with one call, then decode ``max_new_tokens`` tokens one at a
     time with the cache. ``temperature = 0`` is greedy decoding; ``top_k`` keeps the ``k`` most likely
-    tokens before sampling. Returns ``[B, T + max_new_tokens]`` int64 (prompt included).
+    tokens before sampling; ``progress(1)`` is called after every generated token (e.g. a tqdm bar's
+    ``update``). Returns ``[B, T + max_new_tokens]`` int64 (prompt included).
 
     Raises:
         ValueError: for an empty prompt, ``max_new_tokens < 0``, ``temperature < 0`` or ``top_k < 1``.
@@ -522,6 +525,8 @@ def generate(
                     scaled = scaled.masked_fill(scaled < kth, -math.inf)
                 token = torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator)[:, 0]
             out.append(token[:, None])
+            if progress is not None:
+                progress(1)
             if i + 1 < max_new_tokens:
                 logits, cache = model(token[:, None], cache)
     finally:

@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 MODEL_KEY = "model.mixer"  # what `compare` varies
+MAX_NEW_TOKENS = 100_000  # `lm generate` cap: decoding is one step per byte (minutes per 100k on a CPU)
 LN2 = math.log(2.0)
 
 
@@ -399,14 +400,28 @@ def generate_text(
 
     Raises:
         FileNotFoundError: if ``path`` holds neither a run nor a saved model.
-        ValueError: for an empty prompt or bad sampling arguments.
+        ValueError: for an empty prompt, ``max_new_tokens`` outside ``0..MAX_NEW_TOKENS`` or bad sampling
+            arguments.
     """
     if not prompt:
         raise ValueError("prompt: expected a non-empty text")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise ValueError(f"--max-new-tokens: expected an int, got {max_new_tokens!r}")
+    if not 0 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"--max-new-tokens: expected 0..{MAX_NEW_TOKENS:,} bytes, got {max_new_tokens:,}")
     model, device = _load_any(Path(path), which)
     ids = encode(prompt)[None].to(device)
     gen = torch.Generator(device=device).manual_seed(seed)
-    out = generate(model, ids, max_new_tokens, temperature=temperature, top_k=top_k, generator=gen)
+    with tqdm(total=max_new_tokens, desc="generating", unit="B", dynamic_ncols=True, leave=False) as bar:
+        out = generate(
+            model,
+            ids,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            generator=gen,
+            progress=bar.update,
+        )
     return decode(out[0].cpu())
 
 

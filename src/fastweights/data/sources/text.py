@@ -208,12 +208,15 @@ def load_corpus(
       ``.md``, ``.rst``, ``.py``; HTML and other files are ignored, as are hidden files and folders),
       in sorted relative-path order, joined with ``b"\\n"``.
 
-    Bytes are used as they are (UTF-8 is expected but not checked). Raises ``FileNotFoundError`` when
-    ``path`` does not exist and ``ValueError`` when the file is empty or the folder holds no non-empty
-    text file; both name ``data.path`` and the expected layout.
+    Every file must be UTF-8 text (no NUL bytes). Raises ``FileNotFoundError`` when ``path`` does not
+    exist and ``ValueError`` when it is an empty string, when a file is not UTF-8 text (naming the file
+    and the byte offset), or when the file is empty or the folder holds no non-empty text file; all
+    name ``data.path`` and the expected layout.
     """
     if path is None:
         return default_corpus(cache_dir=cache_dir)
+    if not str(path).strip():
+        raise ValueError(f"data.path: expected {_LAYOUT} (or null for the built-in corpus), given ''")
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"data.path: expected {_LAYOUT}, given {str(p)!r} (not found)")
@@ -221,12 +224,36 @@ def load_corpus(
         files = _text_files(p, TEXT_SUFFIXES)
         if not files:
             raise ValueError(f"data.path: expected {_LAYOUT}, given folder {str(p)!r} with no such file")
-        data = _join(files)
+    elif p.is_file():
+        files = [p]
     else:
-        data = p.read_bytes()
+        raise ValueError(f"data.path: expected {_LAYOUT}, given {str(p)!r} (not a regular file or folder)")
+    for f in files:
+        _check_utf8_text(f)
+    data = _join(files)
     if not data.strip():
         raise ValueError(f"data.path: expected {_LAYOUT}, given {str(p)!r} holding no text (empty)")
     return str(p), data
+
+
+def _check_utf8_text(path: Path) -> None:
+    """Raise ``ValueError`` naming ``data.path`` and ``path`` unless the file is UTF-8 text without NUL
+    bytes (binary files, e.g. a checkpoint or an image, are refused rather than trained on)."""
+    raw = path.read_bytes()
+    nul = raw.find(b"\0")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if nul < 0 or err.start < nul:
+            raise ValueError(
+                f"data.path: expected UTF-8 text, given {str(path)!r} with a non-UTF-8 byte at offset "
+                f"{err.start} (a binary file?)"
+            ) from None
+    if nul >= 0:
+        raise ValueError(
+            f"data.path: expected UTF-8 text, given {str(path)!r} with a NUL byte at offset {nul} "
+            "(a binary file?)"
+        )
 
 
 def split_corpus(
