@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fastweights.data.sources import _fonts, _render
-from fastweights.data.sources._glyph_build import _popcount_dist
+from fastweights.data.sources import _fonts, _render, glyphs
+from fastweights.data.sources._glyph_build import _popcount_dist, held_out_lookalikes
+from fastweights.data.sources.base import pixel_stats
 from fastweights.data.sources.glyphs import font_glyphs_info, load_font_glyphs
 
 TINY = dict(max_scripts=6, max_classes_per_script=8, examples_per_class=4, image_size=32, progress=False)
@@ -58,6 +60,33 @@ def test_splits_disjoint_by_alphabet_and_class(built):
         assert len(set(p.class_names)) == p.num_classes
 
 
+def test_every_split_is_normalised_with_the_train_statistics(built):
+    pools, cache, _ = built
+    mean, std = pixel_stats(pools["train"].images)
+    for split, pool in pools.items():
+        assert (pool.mean, pool.std) == (mean, std), split
+    # the held-out splits' own statistics differ: they are not what the pools carry
+    assert pixel_stats(pools["test"].images) != (mean, std)
+    info = font_glyphs_info(seed=0, cache_dir=cache, **TINY)
+    assert info["normalisation"] == {"source": "train", "mean": mean, "std": std}
+
+
+def test_held_out_classes_do_not_look_like_train_classes(built):
+    pools, _, _ = built
+    catalog = _fonts.build_catalog(_fonts.discover_fonts(None))
+    font_of = {cp: paths[0] for cps in catalog.values() for cp, paths in cps.items()}
+
+    def canonical(pool):
+        items = [(font_of[cp], cp) for cp in _codepoints(pool)]
+        hashes, shapes = _render.canonical_job(items, res=_render.BASE_RES)
+        return hashes.view(np.uint64), shapes
+
+    train = canonical(pools["train"])
+    for split in ("val", "test"):
+        by_hash, by_shape = held_out_lookalikes(*canonical(pools[split]), *train)
+        assert not by_hash.any() and not by_shape.any(), split
+
+
 def test_examples_of_a_class_differ(built):
     pools, _, _ = built
     imgs = pools["train"].images
@@ -94,19 +123,37 @@ def test_cache_reload_identical_and_info(built):
         assert again[split].mean == pools[split].mean
     info = font_glyphs_info(seed=0, cache_dir=cache, **TINY)
     assert info == json.loads(files[0].read_text())
-    assert set(info["dropped"]) == {"no_ink", "lgc_lookalike", "duplicate", "leakage"}
+    assert set(info["dropped"]) == {"no_ink", "lgc_lookalike", "duplicate", "leakage", "leakage_shape"}
     for split, pool in pools.items():
         assert info["splits"][split]["num_classes"] == pool.num_classes
         assert set(info["splits"][split]["scripts"]) == set(pool.alphabets)
 
 
-def test_corrupt_cache_is_rebuilt(built, tmp_path):
+def test_corrupt_cache_is_rebuilt(built, tmp_path, caplog):
     pools, _, _ = built
-    load_font_glyphs(seed=0, cache_dir=tmp_path, workers=1, **TINY)
+    with caplog.at_level(logging.INFO, logger="fastweights.data.sources"):
+        load_font_glyphs(seed=0, cache_dir=tmp_path, workers=1, **TINY)
+    dropped = font_glyphs_info(seed=0, cache_dir=tmp_path, **TINY)["dropped"]
+    # the build log reports what each filter removed
+    assert (
+        f"{dropped['leakage']} held-out classes by hash (<= 6 bits) and {dropped['leakage_shape']} more "
+        "by shape correlation" in caplog.text
+    )
     (npz,) = tmp_path.glob("*.npz")
     npz.write_bytes(b"not a zip file")
     again = load_font_glyphs(seed=0, cache_dir=tmp_path, workers=1, **TINY)
     assert again["test"].images.tobytes() == pools["test"].images.tobytes()
+
+
+def test_cache_key_covers_version_and_filter_thresholds(tmp_path, monkeypatch):
+    args = (32, 4, 8, 6, None, 0, tmp_path, 1, 0.15, 0.25)
+    path = glyphs._resolve(*args)[2]
+    assert glyphs._resolve(*args)[2] == path
+    monkeypatch.setitem(glyphs.FILTERS, "leakage_ncc", 0.5)
+    assert glyphs._resolve(*args)[2] != path
+    monkeypatch.undo()
+    monkeypatch.setattr(glyphs, "CACHE_VERSION", glyphs.CACHE_VERSION - 1)  # an old cache is not reused
+    assert glyphs._resolve(*args)[2] != path
 
 
 def test_explicit_split_scripts(tmp_path):

@@ -4,7 +4,9 @@ Design measured in ``shared/notes/acl_cpu_calibration.md`` §1: alphabet = scrip
 font file name; Latin/Greek/Cyrillic from NotoSans/NotoSerif/DejaVu), class = a letter code point
 (Unicode Lu/Ll/Lt/Lo), examples = the glyph drawn by random "drawers" (font choice among up to 6
 fonts, stroke-width change, random affine map). Look-alike glyphs are removed with a 64-bit DCT
-perceptual hash, and the split into meta-train / validation / test is by alphabet.
+perceptual hash and, for held-out classes against meta-train ones, also by the normalised
+cross-correlation of 16 x 16 shape vectors; the split into meta-train / validation / test is by
+alphabet, and every split is normalised with the meta-train pixel statistics.
 Everything is deterministic for a given ``seed`` and cached on disk (npz + json info).
 """
 
@@ -27,13 +29,14 @@ from fastweights.io import atomic_write_text, atomic_write_with
 
 from ._cache import default_cache_dir
 from ._fonts import discover_fonts, font_fingerprint
-from ._glyph_build import SPLITS, GlyphConfig, build_glyphs
+from ._glyph_build import FILTERS, SPLITS, GlyphConfig, build_glyphs
 from .base import ClassPool
 
 __all__ = ["load_font_glyphs", "font_glyphs_info", "default_cache_dir", "SPLITS"]
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 1  # bump whenever rendering or filtering changes: it is part of the cache key
+CACHE_VERSION = 2  # bump whenever rendering or filtering changes: it is part of the cache key
+# 2: train pixel statistics for every split; held-out shape-correlation filter (``LEAKAGE_NCC``)
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
@@ -61,9 +64,9 @@ def _class_name(cp: int) -> str:
 
 def _pools(arrays: Any) -> dict[str, ClassPool]:
     pools = {}
+    mean, std = (float(v) for v in arrays["stats"])  # train statistics, used for every split
     for split in SPLITS:
         cps = [int(c) for c in arrays[f"{split}_codepoints"]]
-        mean, std = (float(v) for v in arrays[f"{split}_stats"])
         pools[split] = ClassPool(
             name=f"FontGlyphs/{split}",
             images=arrays[f"{split}_images"],
@@ -108,7 +111,13 @@ def _resolve(
     )
     fonts = discover_fonts(None if font_dirs is None else [str(d) for d in font_dirs])
     key_src = json.dumps(
-        {"version": CACHE_VERSION, "config": asdict(cfg), "fonts": font_fingerprint(fonts)}, sort_keys=True
+        {
+            "version": CACHE_VERSION,
+            "config": asdict(cfg),
+            "filters": FILTERS,
+            "fonts": font_fingerprint(fonts),
+        },
+        sort_keys=True,
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -157,7 +166,8 @@ def load_font_glyphs(
 
     Returns ``{"train", "val", "test"}`` -> :class:`ClassPool` with ``images`` uint8
     ``[C, examples_per_class, image_size, image_size]`` (white ink on black), ``class_names``
-    (Unicode name and code point) and ``alphabets`` (script of each class). Source: the glyph set
+    (Unicode name and code point) and ``alphabets`` (script of each class); ``mean``/``std`` are the
+    pixel statistics of the train images (``images / 255``) in all three pools. Source: the glyph set
     measured in ``shared/notes/acl_cpu_calibration.md`` §1, an Omniglot-like substitute for the
     Omniglot background/evaluation split (spec ``srwm_acl.md`` §6.2).
 
@@ -166,11 +176,13 @@ def load_font_glyphs(
       per script and, if given, ``max_scripts`` scripts (Latin/Greek/Cyrillic kept first).
     - Splits: ``val_scripts``/``test_scripts`` are fractions of the non-Latin/Greek/Cyrillic
       scripts drawn with ``seed`` (at least one each when >= 3 such scripts exist) or explicit
-      script names; Latin, Greek and Cyrillic are always meta-train.
+      script names; Latin, Greek and Cyrillic are always meta-train. A held-out class is dropped when
+      its clean render looks like a meta-train class's: DCT hashes within 6 bits, or 16 x 16 shape
+      vectors correlating >= 0.88 (``_glyph_build.LEAKAGE_NCC``, chosen by inspection of pairs).
     - Cache: ``cache_dir`` (default ``$FASTWEIGHTS_CACHE`` or ``~/.cache/fastweights``) holds
       ``font_glyphs-<hash>.npz`` and a ``.json`` info, keyed by all arguments except ``workers``,
-      ``cache_dir`` and ``progress``, and by the font file list; the output does not depend on
-      ``workers``.
+      ``cache_dir`` and ``progress``, by the font file list, the filter thresholds and
+      ``CACHE_VERSION``; the output does not depend on ``workers``.
 
     Raises ``ValueError`` on bad arguments (name, expected, given) and ``FileNotFoundError`` when
     no font is found.
@@ -194,8 +206,10 @@ def font_glyphs_info(**kwargs: Any) -> dict:
     """The json info of the FontGlyphs build for these :func:`load_font_glyphs` arguments.
 
     Keys: ``config``, ``fonts``, ``catalog_classes``, ``candidates``, ``dropped`` (``no_ink``,
-    ``lgc_lookalike``, ``duplicate``, ``leakage``), ``splits`` (per split: ``num_scripts``,
-    ``num_classes``, ``scripts`` -> class count), ``build_seconds``. Builds the set if needed.
+    ``lgc_lookalike``, ``duplicate``, ``leakage`` (by hash), ``leakage_shape`` (by shape correlation,
+    beyond the hash)), ``splits`` (per split: ``num_scripts``, ``num_classes``, ``scripts`` -> class
+    count), ``normalisation`` (``source`` = ``"train"``, ``mean``, ``std``), ``build_seconds``. Builds
+    the set if needed.
     """
     params = {
         "image_size": 32,
