@@ -20,8 +20,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fastweights.cl.objective import acl_loss, embed_tasks, synthetic_feature_tasks
+from fastweights.cl.objective import acl_loss
 from fastweights.cl.protocols import evaluate_split_benchmark, evaluate_task_pairs, summarize_task_pairs
+from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
@@ -32,7 +33,6 @@ from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
 from fastweights.recipes.common import (
     build_classifier,
-    curriculum_stage,
     load_trained,
     loop_settings,
     prepare_run,
@@ -146,35 +146,20 @@ def train(
         opt, lr_multiplier(t.schedule, warmup_steps=t.warmup_steps, base_lr=t.lr, d_model=cfg.model.d_model)
     )
 
+    source = TaskSource(
+        [train_sampler],
+        t,
+        rng,
+        synth_gen,
+        label_space=t.label_space or cfg.model.num_classes,
+        tasks_per_sampler=t.num_tasks,
+        n_query=t.n_query,
+        first_shot=t.first_shot_loss,
+    )
+
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n_way, k_shot = curriculum_stage(t, step)
-        label_space = t.label_space or cfg.model.num_classes
-        if step < t.synthetic_steps:
-            tasks = synthetic_feature_tasks(
-                synth_gen,
-                batch_size=t.batch_size,
-                num_tasks=t.num_tasks,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                feature_dim=model.backbone.feature_dim,
-                label_space=label_space,
-                noise=t.synthetic_noise,
-                device=device,
-            )
-        else:
-            batches = train_sampler.sample(
-                rng,
-                batch_size=t.batch_size,
-                num_tasks=t.num_tasks,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                label_space=label_space,
-                first_shot=t.first_shot_loss,
-            )
-            pool = train_sampler.pool
-            tasks = embed_tasks(model, batches, pool.mean, pool.std, device, channels=pool.channels)
+        n_way, k_shot = source.stage(step)
+        tasks = source.tasks(model, step, device)
         loss, accs = acl_loss(
             model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
         )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fastweights.cl.tasks import CurriculumStage
+
 __all__ = ["ACLConfig", "DataConfig", "ModelConfig", "TrainConfig", "EvalConfig", "CurriculumStage"]
 
 
@@ -34,16 +36,6 @@ class ModelConfig:
     channels: int = 32
     norm: str = "instance"
     pool_before_norm: bool = False
-
-
-@dataclass
-class CurriculumStage:
-    """Use ``n_way``-way ``k_shot``-shot tasks while ``step < until_step`` (labels still drawn from
-    the model's ``n_way`` outputs)."""
-
-    until_step: int = 0
-    n_way: int = 2
-    k_shot: int = 1
 
 
 @dataclass

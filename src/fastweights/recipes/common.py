@@ -30,7 +30,6 @@ __all__ = [
     "OptimConfig",
     "build_classifier",
     "command_line",
-    "curriculum_stage",
     "make_optimizer",
     "loop_settings",
     "load_pools",
@@ -69,15 +68,6 @@ class OptimConfig:
     checkpoint_every_steps: int = 100
     seed: int = 1
     threads: int = 0  # 0 = torch default
-
-
-def curriculum_stage(t: Any, step: int) -> tuple[int, int]:
-    """``(n_way, k_shot)`` at ``step``: the first stage of ``t.curriculum`` with ``step < until_step``,
-    else ``(t.n_way, t.k_shot)``."""
-    for s in t.curriculum:
-        if step < s.until_step:
-            return s.n_way, s.k_shot
-    return t.n_way, t.k_shot
 
 
 def resolve_device(name: str) -> torch.device:

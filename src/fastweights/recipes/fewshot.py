@@ -18,14 +18,13 @@ import torch
 from tqdm.auto import tqdm
 
 from fastweights.cl.fewshot import evaluate_fewshot, fewshot_loss
-from fastweights.cl.objective import embed_tasks, synthetic_feature_tasks
+from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.common import (
     build_classifier,
     command_markdown,
-    curriculum_stage,
     fit_run,
     load_pools,
     load_trained,
@@ -83,35 +82,14 @@ def train(
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
     model = build_model(cfg).to(device)
-    pool = train_sampler.pool
+    source = TaskSource(
+        [train_sampler], t, rng, synth_gen, label_space=cfg.model.num_classes, n_query=t.n_query
+    )
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n_way, k_shot = curriculum_stage(t, step)
-        if step < t.synthetic_steps:
-            (task,) = synthetic_feature_tasks(
-                synth_gen,
-                batch_size=t.batch_size,
-                num_tasks=1,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                feature_dim=model.backbone.feature_dim,
-                label_space=cfg.model.num_classes,
-                noise=t.synthetic_noise,
-                device=device,
-            )
-        else:
-            (batch,) = train_sampler.sample(
-                rng,
-                batch_size=t.batch_size,
-                num_tasks=1,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                label_space=cfg.model.num_classes,
-            )
-            (task,) = embed_tasks(model, [batch], pool.mean, pool.std, device, channels=pool.channels)
+        (task,) = source.tasks(model, step, device)
         loss, acc = fewshot_loss(model, task)
+        n_way, k_shot = source.stage(step)
         return loss, {"n_way": n_way, "k_shot": k_shot, "train_acc": acc}
 
     def validate() -> dict[str, float]:

@@ -18,21 +18,19 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fastweights.cl.objective import synthetic_feature_tasks
 from fastweights.cl.sequential import (
     OCCURRENCES,
     delayed_label_stream,
     evaluate_sequential,
-    sample_task_features,
     sequential_loss,
 )
+from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.common import (
     build_classifier,
     command_markdown,
-    curriculum_stage,
     fit_run,
     load_pools,
     load_trained,
@@ -94,32 +92,12 @@ def train(
     train_samplers = [EpisodeSampler(pools[id(d)]["train"], rotations=d.rotations) for d in _domains(cfg)]
     val_samplers = [EpisodeSampler(pools[id(d)]["val"]) for d in _domains(cfg)]
 
+    source = TaskSource(train_samplers, t, rng, synth_gen, label_space=cfg.model.num_classes)
+
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n_way, k_shot = curriculum_stage(t, step)
+        n_way, k_shot = source.stage(step)
         full = n_way * k_shot
-        if step < t.synthetic_steps:
-            tasks = synthetic_feature_tasks(
-                synth_gen,
-                batch_size=t.batch_size,
-                num_tasks=2,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=0,
-                feature_dim=model.backbone.feature_dim,
-                label_space=cfg.model.num_classes,
-                noise=t.synthetic_noise,
-                device=device,
-            )
-        else:
-            tasks = sample_task_features(
-                model,
-                train_samplers,
-                rng,
-                batch_size=t.batch_size,
-                n_way=t.n_way,
-                k_shot=t.k_shot,
-                device=device,
-            )
+        tasks = source.tasks(model, step, device)
         if rng.random() < 0.5:
             tasks = tasks[::-1]
         lengths = [full - int(rng.integers(0, min(t.max_trim, full - 1) + 1)) for _ in tasks]
