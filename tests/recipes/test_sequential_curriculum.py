@@ -8,7 +8,7 @@ import numpy as np
 from fastweights.config import load_config, preset_path
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.recipes import sequential
-from fastweights.recipes.fewshot_config import SequentialConfig
+from fastweights.recipes.sequential_config import SequentialConfig
 
 
 def test_image_steps_during_a_curriculum_stage_sample_the_stage_tasks(tmp_path, monkeypatch):
