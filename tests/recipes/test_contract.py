@@ -11,13 +11,15 @@ import pytest
 from fastweights.cli import main
 from fastweights.config import load_config, preset_path
 from fastweights.recipes.compare import parse_vary, variants
-from fastweights.recipes.contract import RECIPES, Recipe, eval_command, get_recipe
+from fastweights.recipes.contract import RECIPE_MEMBERS, RECIPES, Recipe, eval_command, get_recipe
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_registered_recipe_satisfies_the_contract(name):
     module = get_recipe(name)
     assert isinstance(module, Recipe)
+    assert module.__all__[: len(RECIPE_MEMBERS)] == RECIPE_MEMBERS
+    assert all(hasattr(module, name) for name in module.__all__)
     assert module.NAME == name and is_dataclass(module.CONFIG)
     cfg = load_config(module.CONFIG, preset_path(name, "smoke"))
     assert cfg.name == "smoke"

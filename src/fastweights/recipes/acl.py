@@ -32,24 +32,11 @@ from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
 from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.report import plot_bars, plot_learning_curves, save_evaluation, write_report
 from fastweights.train.checkpoint import CheckpointManager
 
-__all__ = [
-    "NAME",
-    "CONFIG",
-    "train",
-    "evaluate",
-    "export",
-    "compare_curves",
-    "build_model",
-    "load_glyph_pools",
-    "write_report",
-    "summary",
-    "MODEL_KEY",
-    "comparison_table",
-    "plot_comparison",
-]
+__all__ = [*RECIPE_MEMBERS, "compare_curves", "load_glyph_pools"]  # the recipe contract + extras
 
 NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = ACLConfig

@@ -17,7 +17,22 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Recipe", "RECIPES", "get_recipe", "eval_command"]
+__all__ = ["Recipe", "RECIPES", "RECIPE_MEMBERS", "get_recipe", "eval_command"]
+
+# the names every recipe module defines (its ``__all__`` starts with them)
+RECIPE_MEMBERS = [
+    "NAME",
+    "CONFIG",
+    "MODEL_KEY",
+    "build_model",
+    "train",
+    "evaluate",
+    "write_report",
+    "export",
+    "summary",
+    "comparison_table",
+    "plot_comparison",
+]
 
 # recipe name -> module; imported on first use (the CLI stays fast to start)
 RECIPES: dict[str, str] = {

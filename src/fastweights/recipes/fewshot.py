@@ -24,24 +24,13 @@ from fastweights.data.registry import load_pools_for
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.acl import export  # the slim run copy serves every classifier recipe
+from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
 from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot_config import FewShotConfig
 from fastweights.recipes.report import plot_bars, plot_learning_curves, run_header, save_evaluation
 
-__all__ = [
-    "NAME",
-    "CONFIG",
-    "train",
-    "evaluate",
-    "build_model",
-    "write_report",
-    "summary",
-    "export",
-    "MODEL_KEY",
-    "comparison_table",
-    "plot_comparison",
-]
+__all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 
 NAME = "fewshot"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = FewShotConfig

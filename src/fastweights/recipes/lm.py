@@ -31,27 +31,19 @@ from fastweights.data.sources.text import (
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.common import load_trained, loop_settings, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.lm_config import LMRecipeConfig
 from fastweights.recipes.report import md_table, run_header, save_evaluation
 from fastweights.train.loop import fit
 from fastweights.train.schedules import warmup_cosine
 
 __all__ = [
-    "NAME",
-    "CONFIG",
-    "build_model",
-    "train",
-    "evaluate",
+    *RECIPE_MEMBERS,
     "generate_text",
-    "export",
     "load_splits",
     "position_losses",
-    "MODEL_KEY",
-    "comparison_table",
-    "plot_comparison",
-    "summary",
-    "write_report",
-]
+    "plot_position_curves",
+]  # the recipe contract + extras
 
 NAME = "lm"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = LMRecipeConfig

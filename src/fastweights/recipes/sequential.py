@@ -30,25 +30,13 @@ from fastweights.data.registry import load_pools_for
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.acl import export  # the slim run copy serves every classifier recipe
+from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
 from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.report import run_header, save_evaluation
 from fastweights.recipes.sequential_config import SequentialConfig
 
-__all__ = [
-    "NAME",
-    "CONFIG",
-    "train",
-    "evaluate",
-    "build_model",
-    "plot_occurrence_curves",
-    "write_report",
-    "summary",
-    "export",
-    "MODEL_KEY",
-    "comparison_table",
-    "plot_comparison",
-]
+__all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + extras
 
 NAME = "sequential"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = SequentialConfig
