@@ -1,7 +1,8 @@
-"""Plots and a markdown report for an ACL run (``runs/<name>/plots/*.png`` and ``report.md``).
+"""Report pieces every recipe uses (the run header lines, :func:`save_evaluation`, bar and curve
+plots, Markdown tables) and the ACL run's report (``runs/<name>/plots/*.png`` and ``report.md``).
 
-Input is the ``results.json`` dict written by the ACL evaluation (all accuracies are fractions in
-[0, 1]; the report shows percentages)::
+Input of :func:`write_report` is the ``results.json`` dict written by the ACL evaluation (all
+accuracies are fractions in [0, 1]; the report shows percentages)::
 
     {"run":        {"preset", "run_dir", "steps", "train_minutes", "command"},
      "fewshot":    {"dataset", "n_way", "k_shot", "episodes", "accuracy", "ci95"},
