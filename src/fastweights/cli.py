@@ -1,4 +1,5 @@
-"""Command line: ``fastweights <recipe> <train|eval> …``."""
+"""Command line: ``fastweights <recipe> <train|eval|compare|export|…> …`` for every recipe of
+``recipes.contract.RECIPES``."""
 
 from __future__ import annotations
 
@@ -12,33 +13,59 @@ from typing import Any
 __all__ = ["main"]
 
 
+# name -> (help, default preset, compare flag, compare example, extra verbs)
+_RECIPE_HELP = {
+    "acl": ("Automated Continual Learning: metalearn and evaluate", "quick", "--models", "srwm,deltanet"),
+    "fewshot": (
+        "N-way K-shot in-context learning with synchronous labels (SRWM paper §4.1)",
+        "quick",
+        "--models",
+        "srwm,deltanet,lstm",
+    ),
+    "sequential": (
+        "delayed-label sequential multi-task in-context learning (SRWM paper §4.2)",
+        "quick",
+        "--models",
+        "srwm,deltanet,lstm",
+    ),
+    "lm": (
+        "byte-level language modelling with TTT / attention / DeltaNet / SRWM mixers (TTT paper)",
+        "tiny",
+        "--mixers",
+        "ttt_linear,ttt_mlp,softmax_attention,deltanet",
+    ),
+}
+_EVAL_EXAMPLE = {"acl": "eval.split_runs=2", "lm": "eval.windows=64"}
+_EXPORT_HELP = {
+    "lm": "config.json + model.safetensors (CausalLM.from_pretrained)",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
+    from fastweights.recipes.contract import RECIPES
+
     p = argparse.ArgumentParser(prog="fastweights", description="Learned learning algorithms: recipes.")
     recipes = p.add_subparsers(dest="recipe", required=True)
-    acl = recipes.add_parser("acl", help="Automated Continual Learning: metalearn and evaluate")
-    verbs = acl.add_subparsers(dest="verb", required=True)
-    _add_train_eval(verbs, "acl", "quick", eval_example="eval.split_runs=2")
-    _add_export(verbs, "slim copy of a run (model weights + config) for sharing")
-    cu = verbs.add_parser("curves", help="plot validation accuracy vs wall-clock minutes of several runs")
+    verbs = {}
+    for name in RECIPES:
+        what, preset, flag, example = _RECIPE_HELP[name]
+        verbs[name] = _add_recipe(
+            recipes, name, what, compare_flag=flag, compare_example=example, preset=preset
+        )
+        _add_export(
+            verbs[name], _EXPORT_HELP.get(name, "slim copy of a run (model weights + config) for sharing")
+        )
+    cu = verbs["acl"].add_parser(
+        "curves", help="plot validation accuracy vs wall-clock minutes of several runs"
+    )
     cu.add_argument("run_dirs", type=Path, nargs="+")
     cu.add_argument("--out", type=Path, required=True, help="output PNG")
     cu.add_argument("--labels", default=None, help="comma-separated legend labels (default: folder names)")
     cu.add_argument("--key", default="val_acc", help="metrics.jsonl field to plot (default val_acc = A|A)")
     cu.add_argument("--x", choices=["minutes", "step"], default="minutes", help="x axis")
-    for name, what in (
-        ("fewshot", "N-way K-shot in-context learning with synchronous labels (SRWM paper §4.1)"),
-        ("sequential", "delayed-label sequential multi-task in-context learning (SRWM paper §4.2)"),
-    ):
-        _add_recipe(recipes, name, what)
-    verbs = _add_recipe(
-        recipes,
-        "lm",
-        "byte-level language modelling with TTT / attention / DeltaNet / SRWM mixers (TTT paper)",
-        compare_flag="--mixers",
-        compare_example="ttt_linear,ttt_mlp,softmax_attention,deltanet",
-        preset="tiny",
+    ge = verbs["lm"].add_parser(
+        "generate", help="continue a prompt with a trained model (prefill + cached decode)"
     )
-    ge = verbs.add_parser("generate", help="continue a prompt with a trained model (prefill + cached decode)")
     ge.add_argument("run_dir", type=Path, help="a run folder or an `lm export` folder")
     ge.add_argument("--prompt", required=True)
     ge.add_argument("--max-new-tokens", type=int, default=200, help="bytes to generate (default 200)")
@@ -46,7 +73,6 @@ def _parser() -> argparse.ArgumentParser:
     ge.add_argument("--top-k", type=int, default=None)
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--checkpoint", choices=["best", "latest"], default="best")
-    _add_export(verbs, "config.json + model.safetensors (CausalLM.from_pretrained)")
     return p
 
 
@@ -87,14 +113,24 @@ def _add_recipe(
 ) -> argparse._SubParsersAction:
     rp = recipes.add_parser(name, help=what)
     verbs = rp.add_subparsers(dest="verb", required=True)
-    _add_train_eval(verbs, name, preset, eval_example="eval.episodes=200")
-    co = verbs.add_parser("compare", help="train + evaluate one run per sequence layer; one table + plot")
-    co.add_argument(
+    _add_train_eval(verbs, name, preset, eval_example=_EVAL_EXAMPLE.get(name, "eval.episodes=200"))
+    co = verbs.add_parser(
+        "compare",
+        help="train + evaluate one run per sequence layer (or per value of a key); one table + plot",
+    )
+    which = co.add_mutually_exclusive_group(required=True)
+    which.add_argument(
         compare_flag,
         *(["--models"] if compare_flag != "--models" else []),
         dest="models",
-        required=True,
+        default=None,
         help=f"comma-separated sequence layers, e.g. {compare_example}",
+    )
+    which.add_argument(
+        "--vary",
+        default=None,
+        metavar="KEY=V1,V2",
+        help="one run per value of a config key, e.g. train.acl_loss=true,false (folders KEY_LEAF=VALUE)",
     )
     co.add_argument(
         "--preset", default=preset, help=f"configs/{name}/<preset>.yaml or a YAML path (default: {preset})"
@@ -105,13 +141,15 @@ def _add_recipe(
 
 
 def _run_recipe(args: argparse.Namespace) -> None:
+    """Every verb of every recipe, through the recipe registry (``recipes.contract``)."""
     from fastweights.config import preset_path
     from fastweights.recipes import compare as cmp
     from fastweights.recipes.common import command_line
+    from fastweights.recipes.contract import get_recipe
 
-    module, cfg_cls = cmp.recipe_module(args.recipe)
+    module = get_recipe(args.recipe)
     if args.verb == "generate":
-        text = module.generate_text(
+        text = module.generate_text(  # type: ignore[attr-defined]
             args.run_dir,
             args.prompt,
             args.max_new_tokens,
@@ -121,46 +159,48 @@ def _run_recipe(args: argparse.Namespace) -> None:
             seed=args.seed,
         )
         print(text)
+    elif args.verb == "curves":
+        labels = args.labels.split(",") if args.labels else None
+        print(module.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))  # type: ignore[attr-defined]
     elif args.verb == "export":
-        print(f"exported {module.export(args.run_dir, args.out_dir, which=args.checkpoint)}")
+        path = module.export(args.run_dir, args.out_dir, which=args.checkpoint)
+        size = f" ({path.stat().st_size / 1e6:.1f} MB)" if path.is_file() else ""
+        print(f"exported {path}{size}")
     elif args.verb in ("train", "eval"):
-        _train_or_eval(args, module, cfg_cls)
+        _train_or_eval(args, module)
     else:
         path = preset_path(args.recipe, args.preset)
         root = args.run_root or Path("runs") / f"{args.recipe}-compare-{path.stem}"
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
-        res = cmp.compare(args.recipe, path, models, root, args.overrides, command=command_line())
+        models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models is not None else None
+        vary = cmp.parse_vary(args.vary) if args.vary is not None else None
+        res = cmp.compare(args.recipe, path, models, root, args.overrides, command=command_line(), vary=vary)
         print(res["markdown"])
         print(f"comparison: {root / 'comparison.md'}")
 
 
-def _train_or_eval(args: argparse.Namespace, module: Any, cfg_cls: type) -> None:
-    """``<recipe> train`` (+ ``--eval``) or ``<recipe> eval``: the contract all recipes share."""
+def _train_or_eval(args: argparse.Namespace, module: Any) -> None:
+    """``<recipe> train`` (+ ``--eval``: the best checkpoint, recorded as the equivalent ``eval``
+    command) or ``<recipe> eval``: the contract all recipes share."""
     from fastweights.config import load_config, preset_path
     from fastweights.recipes.common import command_line
+    from fastweights.recipes.contract import eval_command
 
     if args.verb == "train":
         path = preset_path(args.recipe, args.preset)
-        cfg = load_config(cfg_cls, path, args.overrides)
+        cfg = load_config(module.CONFIG, path, args.overrides)
         run_dir = args.run_dir or Path("runs") / f"{args.recipe}-{path.stem}"
         summary = module.train(cfg, run_dir, resume=args.resume, command=command_line())
         print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
         if args.eval:
-            _print_summary(module, module.evaluate(run_dir, command=command_line()))
+            print(module.summary(module.evaluate(run_dir, command=eval_command(args.recipe, run_dir))))
             print(f"report: {run_dir / 'report.md'}")
         return
     out = args.out or args.run_dir
     res = module.evaluate(
         args.run_dir, which=args.checkpoint, overrides=args.overrides, command=command_line(), out_dir=out
     )
-    _print_summary(module, res)
+    print(module.summary(res))
     print(f"report: {out / 'report.md'}")
-
-
-def _print_summary(module: object, results: dict) -> None:
-    summary = getattr(module, "summary", None)
-    if summary is not None:
-        print(summary(results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if args.recipe != "acl":
-        return _guarded(lambda: _run_recipe(args))
-    return _guarded(lambda: _run_acl(args))
+    return _guarded(lambda: _run_recipe(args))
 
 
 def _guarded(fn: Callable[[], None]) -> int:
@@ -189,20 +227,6 @@ def _guarded(fn: Callable[[], None]) -> int:
         print("fastweights: interrupted; the latest checkpoint was saved (use --resume)", file=sys.stderr)
         return 130
     return 0
-
-
-def _run_acl(args: argparse.Namespace) -> None:
-    from fastweights.recipes import acl
-    from fastweights.recipes.acl_config import ACLConfig
-
-    if args.verb in ("train", "eval"):
-        _train_or_eval(args, acl, ACLConfig)
-    elif args.verb == "curves":
-        labels = args.labels.split(",") if args.labels else None
-        print(acl.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))
-    elif args.verb == "export":
-        path = acl.export(args.run_dir, args.out_dir, which=args.checkpoint)
-        print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import torch
 from fastweights.cli import main
 from fastweights.config import load_config, preset_path
 from fastweights.recipes import fewshot, sequential
-from fastweights.recipes.fewshot_config import FewShotConfig, SequentialConfig
+from fastweights.recipes.fewshot_config import FewShotConfig
+from fastweights.recipes.sequential_config import SequentialConfig
 
 RECIPES = {
     "fewshot": (fewshot, FewShotConfig, "data"),
@@ -56,8 +57,14 @@ def test_cli_train_then_eval_writes_run_folder(recipe, tmp_path):
         assert list(orders) == ["fontglyphs -> fashion_mnist", "fashion_mnist -> fontglyphs"]
         for res in orders.values():
             assert len(res["by_position"]) == 2 * 5 * 4 and len(res["per_task"]) == 2
-            assert sorted(res["by_occurrence"][0]) == ["1", "2", "3", "4"]  # JSON keys
+            assert [len(occ) for occ in res["by_occurrence"]] == [4, 4]  # occurrences 1..K, as a list
         assert len(list((run / "plots").glob("occurrence_*.png"))) == 2
+        # the report and the comparison table read results back from JSON unchanged
+        sequential.write_report(results, tmp_path / "again")
+        assert (tmp_path / "again" / "report.md").read_text() == (run / "report.md").read_text()
+        header, rows = sequential.comparison_table({"srwm": results})
+        first = orders["fontglyphs -> fashion_mnist"]["by_occurrence"]
+        assert rows[0][4] == f"{100 * first[0][0]:.1f} / {100 * first[1][0]:.1f}"
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))

@@ -52,6 +52,8 @@ def test_cli_train_eval_generate_export(corpus, tmp_path, capsys):
     best = torch.load(run / "checkpoints/best.pt", weights_only=False)["step"]
     assert best == min(records, key=lambda r: r["val_bpb"])["step"]
     assert res["run"]["trained_tokens"] == 6 * 4 * 32
+    # `train --eval` records the equivalent eval command, not the train command
+    assert res["run"]["eval_command"] == f"fastweights lm eval {run} --checkpoint best"
     assert [r["step"] for r in records] == [3, 6] and all("val_bpb" in r for r in records)
     capsys.readouterr()
     assert main(["lm", "generate", str(run), "--prompt", "and the", "--max-new-tokens", "12"]) == 0

@@ -147,7 +147,8 @@ def evaluate_sequential(
     """Accuracy of untrimmed streams ``samplers[0]`` task → ``samplers[1]`` task → … (spec §5.2).
 
     Returns:
-        ``{"accuracy", "ci95", "per_task": [acc of task i], "by_occurrence": [{k: acc} per task],
+        ``{"accuracy", "ci95", "per_task": [acc of task i], "by_occurrence": [[acc at the k-th occurrence,
+        k = 1..k_shot] per task] (index ``k - 1``; a list, so it survives a JSON round trip unchanged),
         "by_position": [acc at each of the L = tasks·N·K positions], "episodes"}``; the CI is
         ``1.96·std/sqrt(n)`` over the per-episode accuracies. Episodes are reproducible for ``seed``.
     """
@@ -180,7 +181,7 @@ def evaluate_sequential(
     for i in range(len(samplers)):
         sel = ti == i
         per_task.append(float(ok[sel].mean()))
-        by_occ.append({int(k): float(ok[sel & (oc == k)].mean()) for k in range(1, k_shot + 1)})
+        by_occ.append([float(ok[sel & (oc == k)].mean()) for k in range(1, k_shot + 1)])
     return {
         "accuracy": mean,
         "ci95": ci,

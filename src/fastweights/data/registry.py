@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .sources.base import ClassPool, SplitDataset
 from .sources.cifar import load_cifar10, load_cifar100_pools
@@ -19,8 +22,17 @@ from .sources.glyphs import load_font_glyphs
 from .sources.idx import load_idx_dataset
 from .sources.miniimagenet import load_mini_imagenet
 from .sources.omniglot import load_omniglot
+from .split_pools import split_dataset_pools
 
-__all__ = ["CLASS_POOLS", "SPLIT_DATASETS", "load_class_pools", "load_split_dataset", "data_root"]
+__all__ = [
+    "CLASS_POOLS",
+    "SPLIT_DATASETS",
+    "PoolConfig",
+    "load_class_pools",
+    "load_split_dataset",
+    "load_pools_for",
+    "data_root",
+]
 
 FASHION_MNIST_DEBIAN = "/usr/share/datasets/fashion-mnist"
 
@@ -124,3 +136,75 @@ def load_split_dataset(
     unknown name or a missing root, and whatever the loader raises.
     """
     return _load(_DATASETS, "split datasets", name, root, image_size, options)
+
+
+@dataclass
+class PoolConfig:
+    """Where few-shot classes come from: ``source`` is a name of :data:`CLASS_POOLS`
+    (``fontglyphs`` embedded; ``omniglot``, ``mini_imagenet``, ``fc100``, ``cifar_fs`` from ``root``)
+    or of :data:`SPLIT_DATASETS` (e.g. ``fashion_mnist``: its classes become a pool)."""
+
+    source: str = "fontglyphs"
+    root: str | None = None  # local folder of a real benchmark (default $FASTWEIGHTS_DATA)
+    image_size: int = 32
+    channels: int = 1
+    rotations: bool = True  # 0/90/180/270° copies as extra meta-training classes (Omniglot-style)
+    # FontGlyphs rendering (ignored by the other sources)
+    examples_per_class: int = 20
+    max_classes_per_script: int = 80
+    max_scripts: int | None = None
+    seed: int = 0
+    cache_dir: str | None = None
+
+
+def _as_rgb(pool: ClassPool) -> ClassPool:
+    """A grayscale pool ``[C, M, S, S]`` repeated to RGB ``[C, M, 3, S, S]`` (RGB pools unchanged)."""
+    if pool.channels == 3:
+        return pool
+    rgb = np.repeat(pool.images[:, :, None], 3, axis=2)
+    mean, std = float(np.asarray(pool.mean).reshape(-1)[0]), float(np.asarray(pool.std).reshape(-1)[0])
+    return ClassPool(pool.name, rgb, pool.class_names, pool.alphabets, (mean,) * 3, (std,) * 3)
+
+
+def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
+    """``{"train", "val", "test"}`` class pools of a :class:`PoolConfig`.
+
+    Few-shot sources (:data:`CLASS_POOLS`) give disjoint meta-train/val/test classes; classification
+    datasets (:data:`SPLIT_DATASETS`) give their classes with disjoint *examples* (see
+    :func:`fastweights.data.split_pools.split_dataset_pools`). ``p.channels = 3`` repeats a grayscale
+    source to three channels (the reference's ``omniglot_rgb84x84`` input). ``key`` is the config
+    section (``data``, ``domain_a``, …) that errors name.
+
+    Raises:
+        ValueError: for an unknown source, a missing ``<key>.root``, or pools whose channels differ
+            from ``p.channels``.
+    """
+    if p.source in CLASS_POOLS:
+        options: dict[str, Any] = {}
+        if p.source == "fontglyphs":
+            options = dict(
+                examples_per_class=p.examples_per_class,
+                max_classes_per_script=p.max_classes_per_script,
+                max_scripts=p.max_scripts,
+                seed=p.seed,
+                cache_dir=p.cache_dir,
+            )
+        if p.root is None and p.source != "fontglyphs" and not os.environ.get("FASTWEIGHTS_DATA"):
+            raise ValueError(
+                f"{key}.root: expected the local folder holding the {p.source!r} files "
+                f"(or set $FASTWEIGHTS_DATA); none given"
+            )
+        pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
+    elif p.source in SPLIT_DATASETS:
+        pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size))
+    else:
+        raise ValueError(f"{key}.source: expected one of {CLASS_POOLS + SPLIT_DATASETS}, got {p.source!r}")
+    if p.channels == 3:
+        pools = {split: _as_rgb(pool) for split, pool in pools.items()}
+    for split, pool in pools.items():
+        if pool.channels != p.channels:
+            raise ValueError(
+                f"{key}.channels: {p.source}/{split} images have {pool.channels} channel(s), "
+                f"config says {p.channels}"
+            )
+    return pools

@@ -1,9 +1,9 @@
 """ACL recipe: metalearn an in-context continual learner, then evaluate it.
 
-``train``: sequences of ``num_tasks`` few-shot tasks from the FontGlyphs meta-training scripts, ACL loss
-(ACL paper Eq. 6 generalised to T tasks, spec ``srwm_acl.md`` §4.2), Adam with warm-up, periodic
-validation on the meta-validation scripts, atomic best/latest checkpoints, resumable.
-``evaluate``: few-shot accuracy and the in-context forgetting table on the held-out scripts, and the
+``train``: sequences of ``num_tasks`` few-shot tasks from the meta-training pools of ``data`` (FontGlyphs
+by default), ACL loss (ACL paper Eq. 6 generalised to T tasks, spec ``srwm_acl.md`` §4.2), Adam with
+warm-up, periodic validation on the meta-validation classes, atomic best/latest checkpoints, resumable.
+``evaluate``: few-shot accuracy and the in-context forgetting table on the held-out classes, and the
 5-task split benchmarks (Split-Digits, Split-FashionMNIST), written to ``results.json``,
 ``report.md`` and ``plots/``.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,58 +19,40 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fastweights.cl.objective import acl_loss, embed_tasks, synthetic_feature_tasks
+from fastweights.cl.objective import acl_loss
 from fastweights.cl.protocols import evaluate_split_benchmark, evaluate_task_pairs, summarize_task_pairs
+from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
+from fastweights.data.registry import load_pools_for
 from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
-from fastweights.data.sources.glyphs import load_font_glyphs
 from fastweights.data.sources.idx import load_idx_dataset
-from fastweights.io import atomic_write_json, atomic_write_text, read_jsonl
+from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
-from fastweights.recipes.common import (
-    build_classifier,
-    curriculum_stage,
-    load_trained,
-    loop_settings,
-    prepare_run,
-    resolve_device,
-    run_summary,
-)
-from fastweights.recipes.report import plot_learning_curves, write_report
+from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.report import plot_bars, plot_learning_curves, save_evaluation, write_report
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.loop import fit, numpy_rng_state
-from fastweights.train.schedules import lr_multiplier
 
-__all__ = [
-    "train",
-    "evaluate",
-    "export",
-    "compare_curves",
-    "build_model",
-    "load_glyph_pools",
-    "resolve_device",
-]
+__all__ = [*RECIPE_MEMBERS, "compare_curves", "load_glyph_pools"]  # the recipe contract + extras
+
+NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
+CONFIG = ACLConfig
+MODEL_KEY = "model.sequence_layer"  # what `compare --models` varies
 
 log = logging.getLogger(__name__)
 
 
 def build_model(cfg: ACLConfig) -> InContextClassifier:
     """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), spec §2."""
-    return build_classifier(cfg.model, image_size=cfg.data.image_size)
+    return build_classifier(cfg.model, image_size=cfg.data.image_size, in_channels=cfg.data.channels)
 
 
 def load_glyph_pools(d: DataConfig) -> dict[str, ClassPool]:
-    """FontGlyphs meta-train / meta-val / meta-test pools (rendered once, then cached)."""
-    return load_font_glyphs(
-        image_size=d.image_size,
-        examples_per_class=d.examples_per_class,
-        max_classes_per_script=d.max_classes_per_script,
-        max_scripts=d.max_scripts,
-        seed=d.seed,
-        cache_dir=d.cache_dir,
-    )
+    """Meta-train / meta-val / meta-test pools of ``data`` (FontGlyphs: rendered once, then cached)."""
+    return load_pools_for(d, "data")
 
 
 def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, device) -> dict[str, float]:
@@ -103,7 +84,6 @@ def _check(cfg: ACLConfig) -> None:
             f"train.n_way / train.label_space / curriculum n_way: expected <= model.num_classes="
             f"{cfg.model.num_classes}, got {t.n_way} / {t.label_space} / {[s.n_way for s in t.curriculum]}"
         )
-    resolve_device(cfg.device)
 
 
 def train(
@@ -122,17 +102,9 @@ def train(
         FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
         ValueError: if ``num_tasks * n_way`` exceeds the meta-training classes (from the sampler).
     """
-    run_dir = Path(run_dir)
-    # a resumed run appends its command; config errors are raised before anything is written
-    cfg = prepare_run(cfg, run_dir, resume=resume, command=command, check=_check)
+    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check)
+    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    device = resolve_device(cfg.device)
-    torch.manual_seed(t.seed)
-    rng = np.random.default_rng(t.seed)
-    synth_gen = torch.Generator().manual_seed(t.seed)
-
     pools = load_glyph_pools(cfg.data)
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
@@ -141,63 +113,34 @@ def train(
         init = torch.load(t.init_from, map_location=device, weights_only=False)
         model.load_state_dict(init["model"])
         log.info("initialised the model from %s (step %s)", t.init_from, init.get("step"))
-    opt = torch.optim.Adam(model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lr_multiplier(t.schedule, warmup_steps=t.warmup_steps, base_lr=t.lr, d_model=cfg.model.d_model)
+    source = TaskSource(
+        [train_sampler],
+        t,
+        rng,
+        synth_gen,
+        label_space=t.label_space or cfg.model.num_classes,
+        tasks_per_sampler=t.num_tasks,
+        n_query=t.n_query,
+        first_shot=t.first_shot_loss,
     )
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n_way, k_shot = curriculum_stage(t, step)
-        label_space = t.label_space or cfg.model.num_classes
-        if step < t.synthetic_steps:
-            tasks = synthetic_feature_tasks(
-                synth_gen,
-                batch_size=t.batch_size,
-                num_tasks=t.num_tasks,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                feature_dim=model.backbone.feature_dim,
-                label_space=label_space,
-                noise=t.synthetic_noise,
-                device=device,
-            )
-        else:
-            batches = train_sampler.sample(
-                rng,
-                batch_size=t.batch_size,
-                num_tasks=t.num_tasks,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                label_space=label_space,
-                first_shot=t.first_shot_loss,
-            )
-            pool = train_sampler.pool
-            tasks = embed_tasks(model, batches, pool.mean, pool.std, device, channels=pool.channels)
+        n_way, k_shot = source.stage(step)
+        tasks = source.tasks(model, step, device)
         loss, accs = acl_loss(
             model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
         )
         return loss, {"n_way": n_way, "k_shot": k_shot, **{f"train_{i}|{j}": a for (i, j), a in accs.items()}}
 
-    return fit(
-        run_dir,
-        model=model,
-        optimizer=opt,
-        scheduler=sched,
-        step_fn=step_fn,
-        validate_fn=lambda: _validate(model, val_sampler, t, t.val_episodes, device),
-        settings=loop_settings(t),
-        objective="val_objective",
+    return fit_run(
+        run,
+        model,
+        step_fn,
+        lambda: _validate(model, val_sampler, t, t.val_episodes, device),
         resume=resume,
-        extra_state={
-            "sampler_rng": numpy_rng_state(rng),
-            "synthetic_rng": (synth_gen.get_state, synth_gen.set_state),
-        },
-        metadata={"config": asdict(cfg)},
         description="ACL meta-training",
         postfix=("n_way", "k_shot"),
-        map_location=device,
+        objective="val_objective",
     )
 
 
@@ -234,8 +177,8 @@ def evaluate(
     model.eval()
     e = cfg.eval
     t0 = time.monotonic()
-    pools = load_glyph_pools(cfg.data)
-    test_sampler = EpisodeSampler(pools["test"])
+    test_pool = load_glyph_pools(cfg.data)["test"]
+    test_sampler = EpisodeSampler(test_pool)
     with tqdm(total=e.fewshot_episodes, desc="held-out task pairs", unit="ep", dynamic_ncols=True) as bar:
         accs = evaluate_task_pairs(
             model,
@@ -253,7 +196,7 @@ def evaluate(
     results: dict[str, Any] = {
         "run": {**run_summary(cfg, run_dir, state, which, command), "acl_loss": cfg.train.acl_loss},
         "fewshot": {
-            "dataset": "FontGlyphs/test",
+            "dataset": test_pool.name,
             "n_way": e.n_way,
             "k_shot": e.k_shot,
             "episodes": e.fewshot_episodes,
@@ -265,8 +208,8 @@ def evaluate(
             "k_shot": e.k_shot,
             "episodes": e.fewshot_episodes,
             "table": table,
-            "task_a": "FontGlyphs/test",
-            "task_b": "FontGlyphs/test",
+            "task_a": test_pool.name,
+            "task_b": test_pool.name,
         },
         "split": {},
     }
@@ -278,13 +221,7 @@ def evaluate(
                 model, ds, k_shot=e.split_k_shot, runs=e.split_runs, scenario=scenario, device=device
             )
     results["run"]["eval_minutes"] = (time.monotonic() - t0) / 60
-    out_dir = Path(out_dir) if out_dir is not None else run_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if out_dir != run_dir and (run_dir / "metrics.jsonl").exists():
-        atomic_write_text(out_dir / "metrics.jsonl", (run_dir / "metrics.jsonl").read_text())
-    atomic_write_json(out_dir / "results.json", results)
-    write_report(results, out_dir)
-    return results
+    return save_evaluation(results, run_dir, out_dir, write_report)
 
 
 def export(run_dir: Path, out_dir: Path, *, which: str = "best") -> Path:
@@ -336,3 +273,61 @@ def compare_curves(
     ylabel = "meta-validation accuracy A|A" if key == "val_acc" else key
     xlabel = "training wall-clock minutes" if x == "minutes" else "training step"
     return plot_learning_curves(curves, out, xlabel=xlabel, ylabel=ylabel, title=f"{ylabel} vs {xlabel}")
+
+
+def summary(results: dict[str, Any]) -> str:
+    """One line for the terminal: held-out few-shot accuracy and the first task after learning a second."""
+    fs, table = results["fewshot"], results["forgetting"]["table"]
+    acc = f"{100 * fs['accuracy']:.2f} ± {100 * fs['ci95']:.2f} %"
+    forgetting = f"A after A→B {100 * table['A|A->B']['mean']:.2f} %"
+    line = f"{fs['n_way']}-way {fs['k_shot']}-shot accuracy {acc}; {forgetting}"
+    split = [f"{name} ACC {100 * r['ACC']['mean']:.2f} %" for name, r in results.get("split", {}).items()]
+    return "; ".join([line, *split])
+
+
+def _split_acc(res: dict[str, Any]) -> str:
+    return f"{100 * res['ACC']['mean']:.2f} ± {100 * res['ACC']['std']:.2f}"
+
+
+def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of ``compare``: one row per run (sequence layer or ``--vary`` value): few-shot
+    accuracy, the forgetting measure A|A→B and each split benchmark's ACC (± std over runs)."""
+    first = next(iter(results.values()))
+    fs = first["fewshot"]
+    header = ["run", "steps", "train min", f"{fs['n_way']}-way {fs['k_shot']}-shot (%)", "A after A→B (%)"]
+    header += [f"{name} ACC (%)" for name in first.get("split", {})]
+    rows = []
+    for name, res in results.items():
+        run, f, table = res["run"], res["fewshot"], res["forgetting"]["table"]
+        a = table["A|A->B"]
+        rows.append(
+            [
+                name,
+                run["steps"],
+                f"{run['train_minutes']:.1f}",
+                f"{100 * f['accuracy']:.2f} ± {100 * f['ci95']:.2f}",
+                f"{100 * a['mean']:.2f} ± {100 * a['ci95']:.2f}",
+                *(_split_acc(res["split"][k]) for k in first.get("split", {})),
+            ]
+        )
+    return header, rows
+
+
+def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
+    """``run_root/comparison.png``: per run, the forgetting-table accuracies A|A, B|A→B and A|A→B
+    (± 95% CI)."""
+    terms = (("A|A", "A after A"), ("B|A->B", "B after A→B"), ("A|A->B", "A after A→B"))
+    values = {
+        name: {
+            label: (100 * res["forgetting"]["table"][k]["mean"], 100 * res["forgetting"]["table"][k]["ci95"])
+            for k, label in terms
+        }
+        for name, res in results.items()
+    }
+    fs = next(iter(results.values()))["fewshot"]
+    plot_bars(
+        values,
+        Path(run_root) / "comparison.png",
+        ylabel="accuracy (%)",
+        title=f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot, two tasks",
+    )

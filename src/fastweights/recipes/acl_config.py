@@ -1,79 +1,49 @@
-"""Configuration of the ACL recipe (presets in ``configs/acl/*.yaml``)."""
+"""Configuration of the ACL recipe (presets in ``configs/acl/*.yaml``).
+
+The sections reuse the shared configs: ``data`` is a :class:`~fastweights.data.registry.PoolConfig`
+(plus the Fashion-MNIST folder of the split benchmarks), ``model`` the classifier's
+:class:`~fastweights.models.classifier_config.ClassifierConfig` (re-exported as ``ModelConfig``) and
+``train`` an :class:`~fastweights.recipes.common.OptimConfig` with ACL's own fields and defaults.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fastweights.cl.tasks import CurriculumStage
+from fastweights.data.registry import FASHION_MNIST_DEBIAN, PoolConfig
+from fastweights.models.classifier_config import ClassifierConfig
+from fastweights.recipes.common import OptimConfig
+
 __all__ = ["ACLConfig", "DataConfig", "ModelConfig", "TrainConfig", "EvalConfig", "CurriculumStage"]
 
-
-@dataclass
-class DataConfig:
-    """FontGlyphs meta-training data (see ``fastweights.data.sources.glyphs``)."""
-
-    image_size: int = 32
-    examples_per_class: int = 20
-    max_classes_per_script: int = 80
-    max_scripts: int | None = None
-    rotations: bool = True  # 0/90/180/270° copies as extra meta-training classes (Omniglot-style)
-    seed: int = 0
-    cache_dir: str | None = None
-    fashion_mnist_dir: str = "/usr/share/datasets/fashion-mnist"
+ModelConfig = ClassifierConfig  # the classifier's config (kept under its old name)
 
 
 @dataclass
-class ModelConfig:
-    sequence_layer: str = "srwm"
-    num_classes: int = 5  # output units N (labels 0..N-1; N is the "unknown" query label)
-    d_model: int = 256
-    num_layers: int = 2
-    num_heads: int = 16
-    ff_factor: int = 2
-    dropout: float = 0.0
-    vision_dropout: float = 0.0
-    channels: int = 32
-    norm: str = "instance"
-    pool_before_norm: bool = False
+class DataConfig(PoolConfig):
+    """Meta-training pools (FontGlyphs by default, any ``data.registry`` source) and the Fashion-MNIST
+    folder of the Split-FashionMNIST benchmark."""
+
+    fashion_mnist_dir: str = FASHION_MNIST_DEBIAN
 
 
 @dataclass
-class CurriculumStage:
-    """Use ``n_way``-way ``k_shot``-shot tasks while ``step < until_step`` (labels still drawn from
-    the model's ``n_way`` outputs)."""
+class TrainConfig(OptimConfig):
+    """ACL meta-training; optimiser/loop fields and defaults from :class:`OptimConfig` except
+    ``val_episodes`` (100)."""
 
-    until_step: int = 0
-    n_way: int = 2
-    k_shot: int = 1
-
-
-@dataclass
-class TrainConfig:
     n_way: int = 5
     k_shot: int = 5
     n_query: int = 1  # queries per class per task; each is an independent read of the state
     label_space: int = 0  # labels of a task are drawn from 0..label_space-1; 0 = model.num_classes
     init_from: str = ""  # checkpoint whose model weights initialise this run (meta-finetuning, spec §4.4)
     num_tasks: int = 2
-    batch_size: int = 16
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
     first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default
-    synthetic_steps: int = 0  # first steps on synthetic feature-space tasks (no backbone); 0 = off
-    synthetic_noise: float = 0.5
     online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
-    lr: float = 1e-3
-    warmup_steps: int = 100
-    schedule: str = "constant"  # "constant" after linear warmup, or "noam" (reference, spec §3.2)
-    adam_betas: tuple[float, float] = (0.9, 0.995)
-    adam_eps: float = 1e-9
-    grad_clip: float = 0.0
-    max_steps: int = 1000
-    max_minutes: float = 0.0  # wall-clock budget incl. validation; 0 = none
-    val_every_steps: int = 100
     val_episodes: int = 100
-    checkpoint_every_steps: int = 100
     curriculum: list[CurriculumStage] = field(default_factory=list)
-    seed: int = 1
-    threads: int = 0  # 0 = torch default
 
 
 @dataclass
@@ -95,6 +65,6 @@ class ACLConfig:
     name: str = "acl"
     device: str = "auto"
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -1,9 +1,8 @@
-"""Pieces every recipe shares: device choice, the in-context classifier, optimiser + schedule, the
-training-loop settings, run-folder preparation and the recorded command line."""
+"""Pieces every recipe shares: device choice, optimiser + schedule, the training-loop settings,
+run-folder preparation and the recorded command line."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -15,28 +14,18 @@ import numpy as np
 import torch
 
 from fastweights.config import apply_overrides, config_from_yaml, config_to_yaml
-from fastweights.data.registry import CLASS_POOLS, SPLIT_DATASETS, load_class_pools, load_split_dataset
-from fastweights.data.sources.base import ClassPool
-from fastweights.data.split_pools import split_dataset_pools
 from fastweights.io import atomic_write_text, read_jsonl
-from fastweights.models.backbones import Conv4
-from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.acl_config import ModelConfig
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, open_run_dir
 from fastweights.train.schedules import lr_multiplier
 
 __all__ = [
     "OptimConfig",
-    "build_classifier",
     "command_line",
-    "curriculum_stage",
     "make_optimizer",
     "loop_settings",
-    "load_pools",
     "load_run",
     "run_summary",
-    "command_markdown",
     "RecipeRun",
     "start_run",
     "fit_run",
@@ -71,15 +60,6 @@ class OptimConfig:
     threads: int = 0  # 0 = torch default
 
 
-def curriculum_stage(t: Any, step: int) -> tuple[int, int]:
-    """``(n_way, k_shot)`` at ``step``: the first stage of ``t.curriculum`` with ``step < until_step``,
-    else ``(t.n_way, t.k_shot)``."""
-    for s in t.curriculum:
-        if step < s.until_step:
-            return s.n_way, s.k_shot
-    return t.n_way, t.k_shot
-
-
 def resolve_device(name: str) -> torch.device:
     """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``.
 
@@ -98,81 +78,6 @@ def resolve_device(name: str) -> torch.device:
             "use device=cpu or device=auto"
         )
     return device
-
-
-def _as_rgb(pool: ClassPool) -> ClassPool:
-    if pool.channels == 3:
-        return pool
-    rgb = np.repeat(pool.images[:, :, None], 3, axis=2)  # [C, M, 3, S, S]
-    mean, std = float(np.asarray(pool.mean).reshape(-1)[0]), float(np.asarray(pool.std).reshape(-1)[0])
-    return ClassPool(pool.name, rgb, pool.class_names, pool.alphabets, (mean,) * 3, (std,) * 3)
-
-
-def load_pools(p: Any, key: str = "data") -> dict[str, ClassPool]:
-    """``{"train", "val", "test"}`` class pools of a ``PoolConfig`` (``recipes.fewshot_config``).
-
-    Few-shot sources (``data.registry.CLASS_POOLS``) give disjoint meta-train/val/test classes;
-    classification datasets (``SPLIT_DATASETS``) give their classes with disjoint *examples* (see
-    :func:`fastweights.data.split_pools.split_dataset_pools`).
-
-    ``p.channels = 3`` repeats a grayscale source to three channels. ``key`` is the config section
-    (``data``, ``domain_a``, …) that errors name.
-
-    Raises:
-        ValueError: for an unknown source, a missing ``<key>.root``, or pools whose channels differ
-            from ``p.channels``.
-    """
-    if p.source in CLASS_POOLS:
-        options: dict[str, Any] = {}
-        if p.source == "fontglyphs":
-            options = dict(
-                examples_per_class=p.examples_per_class,
-                max_classes_per_script=p.max_classes_per_script,
-                max_scripts=p.max_scripts,
-                seed=p.seed,
-                cache_dir=p.cache_dir,
-            )
-        if p.root is None and p.source != "fontglyphs" and not os.environ.get("FASTWEIGHTS_DATA"):
-            raise ValueError(
-                f"{key}.root: expected the local folder holding the {p.source!r} files "
-                f"(or set $FASTWEIGHTS_DATA); none given"
-            )
-        pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
-    elif p.source in SPLIT_DATASETS:
-        pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size))
-    else:
-        raise ValueError(f"{key}.source: expected one of {CLASS_POOLS + SPLIT_DATASETS}, got {p.source!r}")
-    if p.channels == 3:  # grayscale sources repeated to RGB (the reference's omniglot_rgb84x84 input)
-        pools = {split: _as_rgb(pool) for split, pool in pools.items()}
-    for split, pool in pools.items():
-        if pool.channels != p.channels:
-            raise ValueError(
-                f"channels: {p.source}/{split} images have {pool.channels} channel(s), "
-                f"config says {p.channels}"
-            )
-    return pools
-
-
-def build_classifier(m: ModelConfig, *, image_size: int, in_channels: int = 1) -> InContextClassifier:
-    """Conv-4 → ``num_layers`` × [sequence layer, FF] → head (spec ``srwm_acl.md`` §2)."""
-    backbone = Conv4(
-        in_channels,
-        m.channels,
-        image_size=image_size,
-        norm=m.norm,
-        dropout=m.vision_dropout,
-        pool_before_norm=m.pool_before_norm,
-    )
-    return InContextClassifier(
-        backbone,
-        m.num_classes,
-        d_model=m.d_model,
-        num_layers=m.num_layers,
-        num_heads=m.num_heads,
-        d_ff=m.ff_factor * m.d_model,
-        dropout=m.dropout,
-        sequence_layer=m.sequence_layer,
-    )
 
 
 def make_optimizer(
@@ -281,13 +186,6 @@ def run_summary(
     }
 
 
-def command_markdown(command: str) -> str:
-    """A recorded command (possibly several lines, e.g. a resumed run) as Markdown."""
-    if "\n" not in command.strip():
-        return f"`{command.strip()}`"
-    return "\n\n```\n" + command.strip() + "\n```\n"
-
-
 @dataclass
 class RecipeRun:
     """What a recipe's ``train`` needs after :func:`start_run`: the (reloaded) config, the device and the
@@ -341,9 +239,11 @@ def fit_run(
     resume: bool,
     description: str,
     postfix: tuple[str, ...] = ("k_shot",),
+    objective: str = "val_acc",
 ) -> dict[str, Any]:
-    """:func:`fastweights.train.loop.fit` with Adam + schedule of ``cfg.train``, objective ``val_acc``
-    and both random streams and the config saved in every checkpoint."""
+    """:func:`fastweights.train.loop.fit` with Adam + schedule of ``cfg.train``, the best checkpoint
+    maximising the validation record's ``objective`` (default ``val_acc``), and both random streams and
+    the config saved in every checkpoint."""
     opt, sched = make_optimizer(model, run.cfg.train, run.cfg.model.d_model)
     return fit(
         run.run_dir,
@@ -353,7 +253,7 @@ def fit_run(
         step_fn=step_fn,
         validate_fn=validate_fn,
         settings=loop_settings(run.cfg.train),
-        objective="val_acc",
+        objective=objective,
         resume=resume,
         extra_state={
             "sampler_rng": numpy_rng_state(run.rng),

@@ -1,91 +1,104 @@
-"""One command compares sequence layers: train and evaluate the same recipe preset once per model (same
-seeds, same data, same step/token budget; only the model key of the recipe differs), then write one
-table and one plot.
-
-A recipe module taking part provides ``train``, ``evaluate``, ``MODEL_KEY`` (the config key that
-names the layer, e.g. ``model.sequence_layer``), ``comparison_table(results) -> (header, rows)`` and
-``plot_comparison(results, run_root)``.
+"""One command compares runs of one recipe preset that differ in one config key: the sequence layer
+(``--models srwm,deltanet``: the recipe's ``MODEL_KEY``) or any key (``--vary train.acl_loss=true,false``).
+Every run has the same seeds, data and step/token budget; each is trained (or resumed), evaluated, and
+one table and the recipe's comparison plot(s) are written.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.layers import SEQUENCE_LAYERS
+from fastweights.recipes.contract import eval_command, get_recipe
 from fastweights.recipes.report import md_table
 from fastweights.train.checkpoint import CheckpointManager
 
-__all__ = ["compare", "RECIPES", "recipe_module"]
+__all__ = ["compare", "parse_vary", "variants"]
 
 log = logging.getLogger(__name__)
 
-RECIPES = ("fewshot", "sequential", "lm")
 
-
-def recipe_module(name: str) -> tuple[ModuleType, type]:
-    """``(module, config class)`` of a recipe that ``compare`` and the CLI drive.
+def parse_vary(text: str) -> tuple[str, list[str]]:
+    """``"KEY=v1,v2"`` → ``("KEY", ["v1", "v2"])``.
 
     Raises:
-        ValueError: for an unknown recipe name.
+        ValueError: naming ``--vary`` for a missing ``=``, key or value, a repeated value, or a value with
+            ``/`` (values name the run folders).
     """
-    if name == "fewshot":
-        from fastweights.recipes import fewshot
-        from fastweights.recipes.fewshot_config import FewShotConfig
+    key, sep, rest = text.partition("=")
+    values = [v.strip() for v in rest.split(",") if v.strip()]
+    if not sep or not key.strip() or not values:
+        raise ValueError(f"--vary: expected KEY=value1,value2 (e.g. train.acl_loss=true,false), got {text!r}")
+    if len(set(values)) != len(values) or any("/" in v for v in values):
+        raise ValueError(
+            f"--vary: expected distinct values without '/' (they name run folders), got {values}"
+        )
+    return key.strip(), values
 
-        return fewshot, FewShotConfig
-    if name == "sequential":
-        from fastweights.recipes import sequential
-        from fastweights.recipes.fewshot_config import SequentialConfig
 
-        return sequential, SequentialConfig
-    if name == "lm":
-        from fastweights.recipes import lm
-        from fastweights.recipes.lm_config import LMRecipeConfig
+def variants(
+    model_key: str, models: list[str] | None, vary: tuple[str, list[str]] | None
+) -> list[tuple[str, str]]:
+    """``(run label = folder name, override)`` per run: ``(<model>, MODEL_KEY=<model>)`` for ``models``,
+    ``(<last key part>=<value>, KEY=<value>)`` for ``vary``.
 
-        return lm, LMRecipeConfig
-    raise ValueError(f"recipe: expected one of {list(RECIPES)}, got {name!r}")
+    Raises:
+        ValueError: unless exactly one of ``models`` / ``vary`` is given, or for an unknown model name.
+    """
+    if (models is None) == (vary is None):
+        raise ValueError(
+            "compare: expected one of --models or --vary, got " + ("both" if models else "neither")
+        )
+    if vary is not None:
+        key, values = vary
+        return [(f"{key.rsplit('.', 1)[-1]}={v}", f"{key}={v}") for v in values]
+    unknown = [m for m in models or [] if m not in SEQUENCE_LAYERS]
+    if unknown or not models:
+        raise ValueError(f"models (--models / --mixers): expected names from {SEQUENCE_LAYERS}, got {models}")
+    return [(m, f"{model_key}={m}") for m in models]
 
 
 def compare(
     recipe: str,
     preset: Path,
-    models: list[str],
+    models: list[str] | None,
     run_root: Path,
     overrides: list[str] | None = None,
     *,
     command: str | None = None,
+    vary: tuple[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) and evaluate ``preset`` once per sequence layer in ``models``.
+    """Train (or resume) and evaluate ``preset`` once per sequence layer in ``models`` or once per value of
+    ``vary = (key, values)``.
 
-    Runs go to ``run_root/<model>``; an existing finished run is resumed (nothing retrained) and
-    re-evaluated. ``eval.*`` overrides also apply to the evaluation of runs that already existed.
-    Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s).
+    Runs go to ``run_root/<label>`` (see :func:`variants`); an existing finished run is resumed (nothing
+    retrained) and re-evaluated. ``eval.*`` overrides also apply to the evaluation of runs that already
+    existed. Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s).
 
     Returns:
-        ``{"rows": table rows, "results": {model: results.json content}, "markdown": table}``.
+        ``{"rows": table rows, "results": {label: results.json content}, "markdown": table}``.
 
     Raises:
-        ValueError: for an unknown recipe or model name.
+        ValueError: for an unknown recipe, model name or config key, or a bad value.
     """
-    module, cfg_cls = recipe_module(recipe)
-    unknown = [m for m in models if m not in SEQUENCE_LAYERS]
-    if unknown or not models:
-        raise ValueError(f"models (--models / --mixers): expected names from {SEQUENCE_LAYERS}, got {models}")
+    module = get_recipe(recipe)
+    runs = variants(module.MODEL_KEY, models, vary)
+    configs = {label: load_config(module.CONFIG, preset, [*(overrides or []), o]) for label, o in runs}
     run_root = Path(run_root)
+    eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]
     results = {}
-    for name in models:
-        cfg = load_config(cfg_cls, preset, [*(overrides or []), f"{module.MODEL_KEY}={name}"])
-        run_dir = run_root / name
+    for label, cfg in configs.items():
+        run_dir = run_root / label
         resume = CheckpointManager(run_dir).exists("latest")
-        log.info("%s: training %s in %s%s", recipe, name, run_dir, " (resume)" if resume else "")
+        log.info("%s: training %s in %s%s", recipe, label, run_dir, " (resume)" if resume else "")
         module.train(cfg, run_dir, resume=resume, command=command)
-        eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]
-        results[name] = module.evaluate(run_dir, overrides=eval_overrides, command=command)
+        results[label] = module.evaluate(
+            run_dir, overrides=eval_overrides, command=eval_command(recipe, run_dir, overrides=eval_overrides)
+        )
     header, rows = module.comparison_table(results)
     markdown = "\n".join(md_table(header, rows))
     atomic_write_json(run_root / "comparison.json", {"header": header, "rows": rows, "results": results})

@@ -18,33 +18,22 @@ import torch
 from tqdm.auto import tqdm
 
 from fastweights.cl.fewshot import evaluate_fewshot, fewshot_loss
-from fastweights.cl.objective import embed_tasks, synthetic_feature_tasks
+from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
-from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text, read_jsonl
+from fastweights.data.registry import load_pools_for
+from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.common import (
-    build_classifier,
-    command_markdown,
-    curriculum_stage,
-    fit_run,
-    load_pools,
-    load_trained,
-    run_summary,
-    start_run,
-)
+from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
+from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot_config import FewShotConfig
-from fastweights.recipes.report import plot_learning_curves
+from fastweights.recipes.report import plot_bars, plot_learning_curves, run_header, save_evaluation
 
-__all__ = [
-    "train",
-    "evaluate",
-    "build_model",
-    "write_fewshot_report",
-    "MODEL_KEY",
-    "comparison_table",
-    "plot_comparison",
-]
+__all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 
+NAME = "fewshot"  # the registry / CLI name (recipes.contract.RECIPES)
+CONFIG = FewShotConfig
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 log = logging.getLogger(__name__)
@@ -79,39 +68,18 @@ def train(
     run = start_run(cfg, run_dir, resume=resume, command=command, check=_check)
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
-    pools = load_pools(cfg.data)
+    pools = load_pools_for(cfg.data)
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
     model = build_model(cfg).to(device)
-    pool = train_sampler.pool
+    source = TaskSource(
+        [train_sampler], t, rng, synth_gen, label_space=cfg.model.num_classes, n_query=t.n_query
+    )
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n_way, k_shot = curriculum_stage(t, step)
-        if step < t.synthetic_steps:
-            (task,) = synthetic_feature_tasks(
-                synth_gen,
-                batch_size=t.batch_size,
-                num_tasks=1,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                feature_dim=model.backbone.feature_dim,
-                label_space=cfg.model.num_classes,
-                noise=t.synthetic_noise,
-                device=device,
-            )
-        else:
-            (batch,) = train_sampler.sample(
-                rng,
-                batch_size=t.batch_size,
-                num_tasks=1,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=t.n_query,
-                label_space=cfg.model.num_classes,
-            )
-            (task,) = embed_tasks(model, [batch], pool.mean, pool.std, device, channels=pool.channels)
+        (task,) = source.tasks(model, step, device)
         loss, acc = fewshot_loss(model, task)
+        n_way, k_shot = source.stage(step)
         return loss, {"n_way": n_way, "k_shot": k_shot, "train_acc": acc}
 
     def validate() -> dict[str, float]:
@@ -155,7 +123,7 @@ def evaluate(
     run_dir = Path(run_dir)
     cfg, state, model, device = load_trained(run_dir, FewShotConfig, build_model, which, overrides)
     t0 = time.monotonic()
-    sampler = EpisodeSampler(load_pools(cfg.data)["test"])
+    sampler = EpisodeSampler(load_pools_for(cfg.data)["test"])
     e, t = cfg.eval, cfg.train
     with tqdm(total=e.runs * e.episodes, desc="meta-test episodes", unit="ep", dynamic_ncols=True) as bar:
         res = evaluate_fewshot(
@@ -177,9 +145,7 @@ def evaluate(
         },
         "fewshot": {"dataset": f"{cfg.data.source}/test", "n_way": t.n_way, "k_shot": t.k_shot, **res},
     }
-    out_dir = Path(out_dir) if out_dir is not None else run_dir
-    write_fewshot_report(results, run_dir, out_dir)
-    return results
+    return save_evaluation(results, run_dir, out_dir, write_report)
 
 
 def _curve(run_dir: Path, key: str) -> list[tuple[float, float]]:
@@ -187,18 +153,14 @@ def _curve(run_dir: Path, key: str) -> list[tuple[float, float]]:
     return [(r["step"], r[key]) for r in read_jsonl(path) if key in r] if path.exists() else []
 
 
-def write_fewshot_report(results: dict[str, Any], run_dir: Path, out_dir: Path) -> Path:
-    """``results.json``, ``report.md`` and ``plots/learning_curve.png`` of one few-shot evaluation."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "results.json", results)
+def write_report(results: dict[str, Any], out_dir: Path) -> Path:
+    """``report.md`` and ``plots/learning_curve.png`` (from ``out_dir/metrics.jsonl``) of one few-shot
+    evaluation; returns the report's path."""
     run, fs = results["run"], results["fewshot"]
     lines = [
         f"# Few-shot report: {run['preset']} ({run['sequence_layer']})",
         "",
-        f"- trained: {run.get('trained_steps', run['steps'])} steps: {command_markdown(run['command'])}",
-        f"- evaluated: the {run['checkpoint']} checkpoint (step {run['steps']}, "
-        f"{run['train_minutes']:.1f} min "
-        f"of training), in {run['eval_minutes']:.2f} min",
+        *run_header(run),
         "",
         "| data | task | episodes | accuracy (%) | per run (%) |",
         "|---|---|---|---|---|",
@@ -209,7 +171,7 @@ def write_fewshot_report(results: dict[str, Any], run_dir: Path, out_dir: Path) 
         "",
         "± is the 95% CI 1.96·std/√n over all episodes (one query each).",
     ]
-    curve = _curve(run_dir, "val_acc")
+    curve = _curve(out_dir, "val_acc")
     if curve:
         png = plot_learning_curves(
             {run["sequence_layer"]: curve},
@@ -243,17 +205,23 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
-    """``run_root/comparison.png``: meta-test accuracy ± 95% CI per sequence layer."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.0, 3.5))
-    ax = fig.subplots()
-    names = list(results)
-    acc = [100 * results[m]["fewshot"]["accuracy"] for m in names]
-    ci = [100 * results[m]["fewshot"]["ci95"] for m in names]
-    ax.bar(names, acc, yerr=ci, capsize=4, color="tab:blue")
+    """``run_root/comparison.png``: meta-test accuracy ± 95% CI per run."""
     fs = next(iter(results.values()))["fewshot"]
-    ax.set_ylabel("meta-test accuracy (%)")
-    ax.set_title(f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot")
-    ax.grid(axis="y", alpha=0.3)
-    atomic_save_figure(fig, Path(run_root) / "comparison.png")
+    plot_bars(
+        {
+            m: {"accuracy": (100 * r["fewshot"]["accuracy"], 100 * r["fewshot"]["ci95"])}
+            for m, r in results.items()
+        },
+        Path(run_root) / "comparison.png",
+        ylabel="meta-test accuracy (%)",
+        title=f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot",
+    )
+
+
+def summary(results: dict[str, Any]) -> str:
+    """One line for the terminal: the meta-test accuracy ± 95% CI."""
+    fs = results["fewshot"]
+    return (
+        f"{fs['dataset']} {fs['n_way']}-way {fs['k_shot']}-shot accuracy "
+        f"{100 * fs['accuracy']:.2f} ± {100 * fs['ci95']:.2f} %"
+    )

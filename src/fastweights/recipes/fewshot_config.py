@@ -1,11 +1,22 @@
-"""Configuration of the few-shot and sequential recipes (presets in ``configs/{fewshot,sequential}/``)."""
+"""Configuration of the few-shot recipe (presets in ``configs/fewshot/``).
+
+``PoolConfig`` lives in :mod:`fastweights.data.registry` and the sequential recipe's config in
+:mod:`fastweights.recipes.sequential_config`; both are re-exported here for compatibility.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fastweights.recipes.acl_config import CurriculumStage, ModelConfig
+from fastweights.cl.tasks import CurriculumStage
+from fastweights.data.registry import PoolConfig
+from fastweights.models.classifier_config import ClassifierConfig
 from fastweights.recipes.common import OptimConfig
+from fastweights.recipes.sequential_config import (
+    SequentialConfig,
+    SequentialEvalConfig,
+    SequentialTrainConfig,
+)
 
 __all__ = [
     "PoolConfig",
@@ -16,25 +27,6 @@ __all__ = [
     "SequentialTrainConfig",
     "SequentialEvalConfig",
 ]
-
-
-@dataclass
-class PoolConfig:
-    """Where few-shot classes come from: ``source`` is a name of ``data.registry.CLASS_POOLS``
-    (``fontglyphs`` embedded; ``omniglot``, ``mini_imagenet``, ``fc100``, ``cifar_fs`` from ``root``)
-    or of ``SPLIT_DATASETS`` (e.g. ``fashion_mnist``: its classes become a pool)."""
-
-    source: str = "fontglyphs"
-    root: str | None = None  # local folder of a real benchmark (default $FASTWEIGHTS_DATA)
-    image_size: int = 32
-    channels: int = 1
-    rotations: bool = True  # 0/90/180/270° copies as extra meta-training classes (Omniglot-style)
-    # FontGlyphs rendering (ignored by the other sources)
-    examples_per_class: int = 20
-    max_classes_per_script: int = 80
-    max_scripts: int | None = None
-    seed: int = 0
-    cache_dir: str | None = None
 
 
 @dataclass
@@ -60,33 +52,6 @@ class FewShotConfig:
     name: str = "fewshot"
     device: str = "auto"
     data: PoolConfig = field(default_factory=PoolConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: FewShotTrainConfig = field(default_factory=FewShotTrainConfig)
     eval: FewShotEvalConfig = field(default_factory=FewShotEvalConfig)
-
-
-@dataclass
-class SequentialTrainConfig(OptimConfig):
-    n_way: int = 5
-    k_shot: int = 15
-    max_trim: int = 9  # each task's demonstrations are cut by 0..max_trim at the end (reference: K - 6)
-    curriculum: list[CurriculumStage] = field(default_factory=list)  # easier tasks first (see few-shot)
-
-
-@dataclass
-class SequentialEvalConfig:
-    episodes: int = 1000
-    batch_size: int = 50
-    seed: int = 1234
-
-
-@dataclass
-class SequentialConfig:
-    name: str = "sequential"
-    device: str = "auto"
-    # the two domains whose tasks are concatenated (training: random order; evaluation: both orders)
-    domain_a: PoolConfig = field(default_factory=PoolConfig)
-    domain_b: PoolConfig = field(default_factory=lambda: PoolConfig(source="fashion_mnist", rotations=False))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: SequentialTrainConfig = field(default_factory=SequentialTrainConfig)
-    eval: SequentialEvalConfig = field(default_factory=SequentialEvalConfig)

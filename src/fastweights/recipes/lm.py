@@ -28,34 +28,25 @@ from fastweights.data.sources.text import (
     sample_windows,
     split_corpus,
 )
-from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text
+from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
-from fastweights.recipes.common import (
-    command_markdown,
-    load_trained,
-    loop_settings,
-    run_summary,
-    start_run,
-)
+from fastweights.recipes.common import load_trained, loop_settings, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.lm_config import LMRecipeConfig
-from fastweights.recipes.report import md_table
+from fastweights.recipes.report import md_table, run_header, save_evaluation
 from fastweights.train.loop import fit
 from fastweights.train.schedules import warmup_cosine
 
 __all__ = [
-    "build_model",
-    "train",
-    "evaluate",
+    *RECIPE_MEMBERS,
     "generate_text",
-    "export",
     "load_splits",
     "position_losses",
-    "MODEL_KEY",
-    "comparison_table",
-    "plot_comparison",
-    "summary",
-]
+    "plot_position_curves",
+]  # the recipe contract + extras
 
+NAME = "lm"  # the registry / CLI name (recipes.contract.RECIPES)
+CONFIG = LMRecipeConfig
 MODEL_KEY = "model.mixer"  # what `compare` varies
 MAX_NEW_TOKENS = 100_000  # `lm generate` cap: decoding is one step per byte (minutes per 100k on a CPU)
 LN2 = math.log(2.0)
@@ -257,15 +248,21 @@ def evaluate(
         },
         "lm": {"corpus": corpus, "seq_len": seq_len, "splits": splits},
     }
-    out_dir = Path(out_dir) if out_dir is not None else run_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "results.json", results)
-    for split in splits:
+    return save_evaluation(results, run_dir, out_dir, write_report)
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> Path:
+    """``report.md`` and ``plots/loss_by_position_<split>.png`` of one evaluation; returns the report's
+    path."""
+    for split in results["lm"]["splits"]:
         plot_position_curves(
-            {cfg.model.mixer: results}, out_dir / "plots" / f"loss_by_position_{split}.png", split
+            {results["run"]["sequence_layer"]: results},
+            out_dir / "plots" / f"loss_by_position_{split}.png",
+            split,
         )
-    atomic_write_text(out_dir / "report.md", _report(results))
-    return results
+    path = out_dir / "report.md"
+    atomic_write_text(path, _report(results))
+    return path
 
 
 def _bins(seq_len: int) -> list[tuple[int, int]]:
@@ -293,8 +290,7 @@ def _report(res: dict[str, Any]) -> str:
     lines = [
         f"# Language model: {r['sequence_layer']} ({r['preset']})",
         "",
-        f"Trained {r['steps']} steps ({r['trained_tokens']:,} tokens) in {r['train_minutes']:.1f} min; "
-        f"{r['parameters']:,} parameters. Command: {command_markdown(r['command'])}",
+        *run_header(r, f"; {r['trained_tokens']:,} tokens, {r['parameters']:,} parameters"),
         "",
         f"Corpus {lm['corpus']}; windows of {lm['seq_len']} bytes from the start of each cut.",
         "",

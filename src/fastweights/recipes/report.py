@@ -1,7 +1,8 @@
-"""Plots and a markdown report for an ACL run (``runs/<name>/plots/*.png`` and ``report.md``).
+"""Report pieces every recipe uses (the run header lines, :func:`save_evaluation`, bar and curve
+plots, Markdown tables) and the ACL run's report (``runs/<name>/plots/*.png`` and ``report.md``).
 
-Input is the ``results.json`` dict written by the ACL evaluation (all accuracies are fractions in
-[0, 1]; the report shows percentages)::
+Input of :func:`write_report` is the ``results.json`` dict written by the ACL evaluation (all
+accuracies are fractions in [0, 1]; the report shows percentages)::
 
     {"run":        {"preset", "run_dir", "steps", "train_minutes", "command"},
      "fewshot":    {"dataset", "n_way", "k_shot", "episodes", "accuracy", "ci95"},
@@ -28,9 +29,18 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from fastweights.io import atomic_save_figure, atomic_write_text, read_jsonl
+from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text, read_jsonl
 
-__all__ = ["md_table", "plot_accuracy_matrix", "plot_forgetting", "plot_learning_curves", "write_report"]
+__all__ = [
+    "md_table",
+    "plot_accuracy_matrix",
+    "plot_bars",
+    "plot_forgetting",
+    "plot_learning_curves",
+    "run_header",
+    "save_evaluation",
+    "write_report",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -282,7 +292,69 @@ def plot_learning_curves(
     return atomic_save_figure(fig, path)
 
 
-# ------------------------------------------------------------------------------------------------ report
+# ------------------------------------------------------------------------------------- every recipe
+def command_markdown(command: str) -> str:
+    """A recorded command (possibly several lines, e.g. a resumed run) as Markdown."""
+    if "\n" not in command.strip():
+        return f"`{command.strip()}`"
+    return "\n\n```\n" + command.strip() + "\n```\n"
+
+
+def run_header(run: Mapping[str, Any], details: str = "") -> list[str]:
+    """The two run lines of every recipe's report from ``results["run"]`` (see
+    :func:`fastweights.recipes.common.run_summary`): ``- trained: <steps> steps: <command>`` and
+    ``- evaluated: the <checkpoint> checkpoint (step, minutes of training), in <minutes> min<details>``."""
+    return [
+        f"- trained: {run.get('trained_steps', run['steps'])} steps: {command_markdown(run['command'])}",
+        f"- evaluated: the {run['checkpoint']} checkpoint (step {run['steps']}, "
+        f"{run['train_minutes']:.1f} min of training), in {run.get('eval_minutes', 0.0):.2f} min{details}",
+    ]
+
+
+def save_evaluation(
+    results: dict[str, Any],
+    run_dir: PathLike,
+    out_dir: PathLike | None,
+    write: Any,
+) -> dict[str, Any]:
+    """Finish an evaluation of ``run_dir``: into ``out_dir`` (default ``run_dir``, created) copy the
+    training log ``metrics.jsonl`` (for the learning curve) when it is another folder, write
+    ``results.json`` atomically and call ``write(results, out_dir)`` (the recipe's report writer:
+    ``report.md`` + ``plots/``). Returns ``results``."""
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    if out.resolve() != run_dir.resolve() and (run_dir / "metrics.jsonl").exists():
+        atomic_write_text(out / "metrics.jsonl", (run_dir / "metrics.jsonl").read_text())
+    atomic_write_json(out / "results.json", results)
+    write(results, out)
+    return results
+
+
+def plot_bars(
+    values: Mapping[str, Mapping[str, tuple[float, float]]], path: PathLike, *, ylabel: str, title: str
+) -> Path:
+    """Grouped bars with error bars: ``values[group][series] = (value, error)`` (one group per model),
+    into the PNG ``path`` (written atomically); returns ``path``."""
+    fig = Figure(figsize=(max(5.0, 1.2 * len(values) + 2.0), 3.8))
+    ax = fig.subplots()
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in values.values() for s in g))
+    width = 0.8 / max(1, len(series))
+    for i, name in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(groups))]
+        v = [values[g].get(name, (math.nan, 0.0)) for g in groups]
+        ax.bar(xs, [a for a, _ in v], width, yerr=[e for _, e in v], capsize=3, label=name, color=f"C{i}")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    return atomic_save_figure(fig, Path(path))
+
+
+# --------------------------------------------------------------------------------------- ACL report
 def _learning_curves_from_log(log: Path) -> dict[str, list[tuple[float, float]]]:
     """Group ``metrics.jsonl`` records with numeric ``minutes`` and ``val_acc`` by ``variant``."""
     curves: dict[str, list[tuple[float, float]]] = {}

@@ -18,40 +18,28 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fastweights.cl.objective import synthetic_feature_tasks
 from fastweights.cl.sequential import (
     OCCURRENCES,
     delayed_label_stream,
     evaluate_sequential,
-    sample_task_features,
     sequential_loss,
 )
+from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
-from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text
+from fastweights.data.registry import load_pools_for
+from fastweights.io import atomic_save_figure, atomic_write_text
+from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.common import (
-    build_classifier,
-    command_markdown,
-    curriculum_stage,
-    fit_run,
-    load_pools,
-    load_trained,
-    run_summary,
-    start_run,
-)
-from fastweights.recipes.fewshot_config import SequentialConfig
+from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
+from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.report import run_header, save_evaluation
+from fastweights.recipes.sequential_config import SequentialConfig
 
-__all__ = [
-    "train",
-    "evaluate",
-    "build_model",
-    "plot_occurrence_curves",
-    "write_sequential_report",
-    "MODEL_KEY",
-    "comparison_table",
-    "plot_comparison",
-]
+__all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + extras
 
+NAME = "sequential"  # the registry / CLI name (recipes.contract.RECIPES)
+CONFIG = SequentialConfig
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 
@@ -89,37 +77,17 @@ def train(
     t = cfg.train
     model = build_model(cfg).to(device)
     pools = {
-        id(d): load_pools(d, key) for key, d in zip(("domain_a", "domain_b"), _domains(cfg), strict=True)
+        id(d): load_pools_for(d, key) for key, d in zip(("domain_a", "domain_b"), _domains(cfg), strict=True)
     }
     train_samplers = [EpisodeSampler(pools[id(d)]["train"], rotations=d.rotations) for d in _domains(cfg)]
     val_samplers = [EpisodeSampler(pools[id(d)]["val"]) for d in _domains(cfg)]
 
+    source = TaskSource(train_samplers, t, rng, synth_gen, label_space=cfg.model.num_classes)
+
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        n_way, k_shot = curriculum_stage(t, step)
+        n_way, k_shot = source.stage(step)
         full = n_way * k_shot
-        if step < t.synthetic_steps:
-            tasks = synthetic_feature_tasks(
-                synth_gen,
-                batch_size=t.batch_size,
-                num_tasks=2,
-                n_way=n_way,
-                k_shot=k_shot,
-                n_query=0,
-                feature_dim=model.backbone.feature_dim,
-                label_space=cfg.model.num_classes,
-                noise=t.synthetic_noise,
-                device=device,
-            )
-        else:
-            tasks = sample_task_features(
-                model,
-                train_samplers,
-                rng,
-                batch_size=t.batch_size,
-                n_way=t.n_way,
-                k_shot=t.k_shot,
-                device=device,
-            )
+        tasks = source.tasks(model, step, device)
         if rng.random() < 0.5:
             tasks = tasks[::-1]
         lengths = [full - int(rng.integers(0, min(t.max_trim, full - 1) + 1)) for _ in tasks]
@@ -174,7 +142,7 @@ def evaluate(
     t0 = time.monotonic()
     names = [d.source for d in _domains(cfg)]
     samplers = [
-        EpisodeSampler(load_pools(d, key)["test"])
+        EpisodeSampler(load_pools_for(d, key)["test"])
         for key, d in zip(("domain_a", "domain_b"), _domains(cfg), strict=True)
     ]
     e, t = cfg.eval, cfg.train
@@ -201,9 +169,7 @@ def evaluate(
         },
         "sequential": {"n_way": t.n_way, "k_shot": t.k_shot, "orders": orders},
     }
-    out_dir = Path(out_dir) if out_dir is not None else run_dir
-    write_sequential_report(results, out_dir)
-    return results
+    return save_evaluation(results, run_dir, out_dir, write_report)
 
 
 def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, title: str) -> Path:
@@ -218,10 +184,9 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
     ax = fig.subplots()
     for j, (label, res) in enumerate(curves.items()):
         for i, (task, occ) in enumerate(zip(res["tasks"], res["by_occurrence"], strict=True)):
-            ks = sorted(int(k) for k in occ)
             ax.plot(
-                ks,
-                [100 * occ[k] if k in occ else 100 * occ[str(k)] for k in ks],
+                range(1, len(occ) + 1),
+                [100 * a for a in occ],
                 marker="o",
                 markersize=3,
                 linestyle="-" if i == 0 else "--",
@@ -239,25 +204,14 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
     return path
 
 
-def _occ(occ: dict, k: int) -> float:
-    v = occ.get(k, occ.get(str(k)))
-    return float("nan") if v is None else float(v)
-
-
-def write_sequential_report(results: dict[str, Any], out_dir: Path) -> Path:
-    """``results.json``, ``report.md`` and ``plots/occurrence_<order>.png`` of one evaluation."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "results.json", results)
+def write_report(results: dict[str, Any], out_dir: Path) -> Path:
+    """``report.md`` and ``plots/occurrence_<order>.png`` of one evaluation; returns the report's path."""
     run, seq = results["run"], results["sequential"]
     ks = [k for k in OCCURRENCES if k <= seq["k_shot"]]
     lines = [
         f"# Sequential multi-task report: {run['preset']} ({run['sequence_layer']})",
         "",
-        f"- trained: {run.get('trained_steps', run['steps'])} steps: {command_markdown(run['command'])}",
-        f"- evaluated: the {run['checkpoint']} checkpoint (step {run['steps']}, "
-        f"{run['train_minutes']:.1f} min "
-        f"of training), in {run['eval_minutes']:.2f} min; "
-        f"{seq['n_way']}-way {seq['k_shot']}-shot tasks, delayed labels, untrimmed",
+        *run_header(run, f"; {seq['n_way']}-way {seq['k_shot']}-shot tasks, delayed labels, untrimmed"),
         "",
         "| order | episodes | overall (%) | task 1 (%) | task 2 (%) | "
         + " | ".join(f"T{i} k={k}" for i in (1, 2) for k in ks)
@@ -265,7 +219,7 @@ def write_sequential_report(results: dict[str, Any], out_dir: Path) -> Path:
         "|---|---|---|---|---|" + "---|" * (2 * len(ks)),
     ]
     for key, res in seq["orders"].items():
-        occ_cells = [f"{100 * _occ(res['by_occurrence'][i], k):.1f}" for i in (0, 1) for k in ks]
+        occ_cells = [f"{100 * res['by_occurrence'][i][k - 1]:.1f}" for i in (0, 1) for k in ks]
         lines.append(
             f"| {key} | {res['episodes']} | {100 * res['accuracy']:.2f} ± {100 * res['ci95']:.2f} | "
             f"{100 * res['per_task'][0]:.2f} | {100 * res['per_task'][1]:.2f} | "
@@ -298,7 +252,7 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
         run = res["run"]
         cells: list[Any] = [name, run["steps"], f"{run['train_minutes']:.1f}"]
         for order in res["sequential"]["orders"].values():
-            firsts = [f"{100 * (o.get(1, o.get('1'))):.1f}" for o in order["by_occurrence"]]
+            firsts = [f"{100 * o[0]:.1f}" for o in order["by_occurrence"]]
             cells += [f"{100 * order['accuracy']:.2f} ± {100 * order['ci95']:.2f}", " / ".join(firsts)]
         rows.append(cells)
     return header, rows
@@ -311,3 +265,11 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
         curves = {m: r["sequential"]["orders"][key] for m, r in results.items()}
         slug = key.replace(" -> ", "_to_")
         plot_occurrence_curves(curves, Path(run_root) / f"comparison_{slug}.png", title=key)
+
+
+def summary(results: dict[str, Any]) -> str:
+    """One line for the terminal: the overall accuracy of each stream order."""
+    orders = results["sequential"]["orders"]
+    return "; ".join(
+        f"{key}: {100 * r['accuracy']:.2f} ± {100 * r['ci95']:.2f} %" for key, r in orders.items()
+    )

@@ -1,0 +1,121 @@
+"""The one contract of a recipe and the one registry ``name → recipe module`` (used by the CLI and
+``compare``).
+
+A recipe is a module (``fastweights.recipes.<name>``) that satisfies :class:`Recipe`: it names its
+config dataclass (``CONFIG``) and the config key ``compare --models`` varies (``MODEL_KEY``), builds its
+model, trains through :func:`fastweights.recipes.common.start_run` + ``fit_run`` (or ``fit``) into a run
+folder, evaluates a run folder into ``results.json`` + ``report.md`` + ``plots/``, exports a slim copy,
+summarises results in one line and tabulates/plots several runs for ``compare``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["Recipe", "RECIPES", "RECIPE_MEMBERS", "get_recipe", "eval_command"]
+
+# the names every recipe module defines (its ``__all__`` starts with them)
+RECIPE_MEMBERS = [
+    "NAME",
+    "CONFIG",
+    "MODEL_KEY",
+    "build_model",
+    "train",
+    "evaluate",
+    "write_report",
+    "export",
+    "summary",
+    "comparison_table",
+    "plot_comparison",
+]
+
+# recipe name -> module; imported on first use (the CLI stays fast to start)
+RECIPES: dict[str, str] = {
+    "acl": "fastweights.recipes.acl",
+    "fewshot": "fastweights.recipes.fewshot",
+    "sequential": "fastweights.recipes.sequential",
+    "lm": "fastweights.recipes.lm",
+}
+
+
+@runtime_checkable
+class Recipe(Protocol):
+    """What every recipe module provides (checked for each registered recipe by the tests)."""
+
+    NAME: str  # the registry / CLI name
+    CONFIG: type  # the config dataclass of presets in configs/<NAME>/
+    MODEL_KEY: str  # the config key of the sequence layer / mixer (`compare --models`)
+
+    def build_model(self, cfg: Any) -> torch.nn.Module:
+        """The untrained model of ``cfg``."""
+        ...
+
+    def train(
+        self, cfg: Any, run_dir: Path, *, resume: bool = False, command: str | None = None
+    ) -> dict[str, Any]:
+        """Train into ``run_dir``; returns the last validation record (``step``, ``minutes``, …)."""
+        ...
+
+    def evaluate(
+        self,
+        run_dir: Path,
+        *,
+        which: str = "best",
+        overrides: list[str] | None = None,
+        command: str | None = None,
+        out_dir: Path | None = None,
+    ) -> dict[str, Any]:
+        """Evaluate a checkpoint; writes ``results.json``, ``report.md``, ``plots/``; returns the results."""
+        ...
+
+    def write_report(self, results: dict[str, Any], out_dir: Path) -> Path:
+        """``report.md`` (+ plots) of one evaluation's results in ``out_dir``."""
+        ...
+
+    def export(self, run_dir: Path, out_dir: Path, *, which: str = "best") -> Path:
+        """A slim, shareable copy of a run's model; returns the written model file or folder."""
+        ...
+
+    def summary(self, results: dict[str, Any]) -> str:
+        """One line of the main numbers, for the terminal."""
+        ...
+
+    def comparison_table(self, results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+        """Header and one row per run of ``compare``."""
+        ...
+
+    def plot_comparison(self, results: dict[str, dict[str, Any]], run_root: Path) -> None:
+        """The comparison plot(s) of ``compare`` in ``run_root``."""
+        ...
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe module registered as ``name``.
+
+    Raises:
+        ValueError: for an unknown recipe name.
+    """
+    if name not in RECIPES:
+        raise ValueError(f"recipe: expected one of {list(RECIPES)}, got {name!r}")
+    return importlib.import_module(RECIPES[name])  # type: ignore[return-value]
+
+
+def eval_command(
+    recipe: str,
+    run_dir: Path,
+    *,
+    which: str = "best",
+    overrides: list[str] | None = None,
+    out_dir: Path | None = None,
+) -> str:
+    """The ``fastweights <recipe> eval …`` command equivalent to an evaluation run from ``train --eval``
+    or ``compare`` (recorded as ``results.json`` ``run.eval_command``)."""
+    args = ["fastweights", recipe, "eval", str(run_dir), "--checkpoint", which]
+    if out_dir is not None and Path(out_dir) != Path(run_dir):
+        args += ["--out", str(out_dir)]
+    return " ".join(shlex.quote(a) for a in [*args, *(overrides or [])])
