@@ -175,14 +175,39 @@ class JsonlLogger:
     Args:
         path: log file; parent folders are created.
         fsync: also ``os.fsync`` after every record (slower; survives power loss, not only crashes).
+        keep_bytes: first truncate the file to this many bytes (a resumed run passes the :attr:`size`
+            recorded in its checkpoint, dropping the records written after it); ``None`` keeps it all.
+
+    Raises:
+        ValueError: if ``keep_bytes`` is negative or larger than the file (records were lost).
     """
 
-    def __init__(self, path: PathLike, *, fsync: bool = False) -> None:
+    def __init__(self, path: PathLike, *, fsync: bool = False, keep_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if keep_bytes is not None:
+            size = self.path.stat().st_size if self.path.exists() else 0
+            if not 0 <= keep_bytes <= size:
+                raise ValueError(
+                    f"{self.path}: expected at least {keep_bytes} bytes of records (as checkpointed), "
+                    f"found {size}; the log was shortened or replaced"
+                )
+            if keep_bytes < size:
+                os.truncate(self.path, keep_bytes)
         _drop_partial_last_line(self.path)
         self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file after the last complete record (what :meth:`log` has flushed).
+
+        Raises:
+            ValueError: if the logger was closed.
+        """
+        if self._file is None:
+            raise ValueError(f"JsonlLogger({str(self.path)!r}) is closed")
+        return os.fstat(self._file.fileno()).st_size
 
     def log(self, **record: Any) -> None:
         """Append ``record`` as one JSON line and flush.

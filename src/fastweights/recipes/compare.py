@@ -18,7 +18,6 @@ from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.recipes.report import md_table
-from fastweights.train.checkpoint import CheckpointManager
 
 __all__ = ["compare", "RECIPES", "recipe_module"]
 
@@ -81,7 +80,7 @@ def compare(
     for name in models:
         cfg = load_config(cfg_cls, preset, [*(overrides or []), f"{module.MODEL_KEY}={name}"])
         run_dir = run_root / name
-        resume = CheckpointManager(run_dir).exists("latest")
+        resume = (run_dir / "config.yaml").exists()  # also a run killed before its first checkpoint
         log.info("%s: training %s in %s%s", recipe, name, run_dir, " (resume)" if resume else "")
         module.train(cfg, run_dir, resume=resume, command=command)
         eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]
