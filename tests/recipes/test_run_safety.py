@@ -13,6 +13,7 @@ import yaml
 from fastweights.cli import main
 from fastweights.recipes import fewshot, lm
 from fastweights.train import checkpoint
+from tests.train.lock_holder import hold_in_subprocess
 
 
 def _train(root, run, *extra, steps=2):
@@ -189,3 +190,19 @@ def test_unwritable_run_folder_is_a_one_line_error(trained, tmp_path, capsys, mo
     monkeypatch.setattr(run_folder.os, "open", read_only)
     assert _train(trained, run, "--resume", steps=4) == 2
     assert "cannot write in this folder (Read-only file system)" in capsys.readouterr().err
+
+
+def test_a_live_writer_blocks_train_resume_and_eval(trained, tmp_path, capsys):
+    run = _copy_run(trained / "a", tmp_path / "run")
+    before = _snapshot(run)
+    holder = hold_in_subprocess(run)  # e.g. a training process still alive
+    try:
+        assert _train(trained, run, "--resume", steps=4) == 2
+        assert f"in use by another fastweights process (PID {holder.pid}" in capsys.readouterr().err
+        assert _train(trained, run) == 2
+        assert main(["acl", "eval", str(run)]) == 2
+        assert f"PID {holder.pid}" in capsys.readouterr().err
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert _snapshot(run) == before

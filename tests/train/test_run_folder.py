@@ -5,9 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,8 +18,7 @@ from fastweights.train.run_folder import (
     remove_stale_temporaries,
     run_lock,
 )
-
-SRC = Path(__file__).resolve().parents[2] / "src"
+from tests.train.lock_holder import hold_in_subprocess
 
 
 def _run_folder(path: Path) -> Path:
@@ -73,32 +69,8 @@ def test_eval_may_replace_an_earlier_evaluation_of_the_same_run(tmp_path):
         check_output_dir(out, source=tmp_path / "another", force=False, purpose="eval")
 
 
-_HOLDER = textwrap.dedent(
-    """
-    import sys
-    from fastweights.train.run_folder import run_lock
-    with run_lock(sys.argv[1]):
-        print("locked", flush=True)
-        sys.stdin.read()
-    """
-)
-
-
-def _hold_in_subprocess(folder: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(folder)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
-
-
 def test_a_second_process_is_refused_with_the_holders_pid(tmp_path):
-    proc = _hold_in_subprocess(tmp_path / "run")
+    proc = hold_in_subprocess(tmp_path / "run")
     try:
         with pytest.raises(RunFolderError, match=rf"in use by another fastweights process \(PID {proc.pid}"):
             with run_lock(tmp_path / "run"):
