@@ -5,7 +5,8 @@ log.
 Atomic writes go to a temporary file in the destination folder, are flushed and ``fsync``-ed, and then
 moved over the destination with :func:`os.replace` (atomic on POSIX and Windows for paths on the same
 file system). A reader therefore sees either the old file or the complete new one, never a partial
-write; if writing fails, the old file is left untouched and the temporary file is removed.
+write; if writing fails, the old file is left untouched, the temporary file is removed and the
+``OSError`` (e.g. ``PermissionError``, ENOSPC) names the destination.
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ def _atomic_binary(path: PathLike, *, mode: int | None = None) -> Iterator[IO[by
     ``mode``: file permissions of the result (default: ``0o666`` minus the umask).
     """
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as err:
+        raise _naming(err, dest) from err
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -79,11 +83,19 @@ def _atomic_binary(path: PathLike, *, mode: int | None = None) -> Iterator[IO[by
             os.fsync(f.fileno())
         os.chmod(tmp, (0o666 & ~_UMASK) if mode is None else mode)  # mkstemp creates 0600
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(err, OSError) and err.errno is not None:
+            raise _naming(err, dest) from err
         raise
     _fsync_dir(dest.parent)
+
+
+def _naming(err: OSError, dest: Path) -> OSError:
+    """The same error (same subclass: ``PermissionError``, ENOSPC ``OSError`` …) naming the destination
+    instead of the temporary file."""
+    return OSError(err.errno, err.strerror, str(dest)) if err.errno is not None else err
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
