@@ -227,14 +227,19 @@ class JsonlLogger:
         Raises:
             TypeError: if a value is not JSON serialisable (nothing is written).
             ValueError: if the logger was closed.
+            OSError: naming the log file, if writing fails (a partial line is dropped when the log
+                is reopened).
         """
         if self._file is None:
             raise ValueError(f"JsonlLogger({str(self.path)!r}) is closed")
         line = json.dumps(record, default=_json_default)
-        self._file.write(line + "\n")
-        self._file.flush()
-        if self.fsync:
-            os.fsync(self._file.fileno())
+        try:
+            self._file.write(line + "\n")
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+        except OSError as err:  # e.g. a full disk: name the log, not a file descriptor
+            raise _naming(err, self.path) from err
 
     def close(self) -> None:
         """Close the file (idempotent)."""

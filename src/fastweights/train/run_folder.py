@@ -133,8 +133,6 @@ class _Held:
     fd: int
     count: int
     created: bool  # the folder did not exist
-    lock_created: bool  # the lock file did not exist
-    entries: frozenset[str]  # the folder's entries at acquisition (lock file excluded)
 
 
 _HELD: dict[str, _Held] = {}
@@ -155,13 +153,8 @@ def _lock_holder(fd: int) -> str:
     return "an unknown PID"
 
 
-def _entries(folder: Path) -> frozenset[str]:
-    return frozenset(p.name for p in folder.iterdir() if p.name != LOCK_NAME)
-
-
 def _acquire(folder: Path) -> _Held:
     created = not folder.exists()
-    lock_created = not (folder / LOCK_NAME).exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -183,29 +176,28 @@ def _acquire(folder: Path) -> _Held:
     except OSError as err:
         os.close(fd)
         raise RunFolderError(f"{folder}: cannot write {LOCK_NAME} ({err.strerror or err})") from None
-    return _Held(fd, 1, created, lock_created, _entries(folder))
+    return _Held(fd, 1, created)
 
 
 def _release(folder: Path, held: _Held) -> None:
+    # The lock file is removed while still locked: a writer that opened it before fails to lock it, one
+    # that opens the path afterwards creates a new file, so no lock file outlives its writer.
     with contextlib.suppress(OSError):
-        os.ftruncate(held.fd, 0)
+        (folder / LOCK_NAME).unlink()
     if fcntl is not None:
         fcntl.flock(held.fd, fcntl.LOCK_UN)
     os.close(held.fd)
-    with contextlib.suppress(OSError):
-        if held.lock_created and _entries(folder) == held.entries:
-            # nothing was written (e.g. a refused folder or config): leave no trace
-            (folder / LOCK_NAME).unlink()
-            if held.created:
-                folder.rmdir()
+    if held.created:  # a folder this writer created and left empty (e.g. a refused config): remove it
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 @contextlib.contextmanager
 def run_lock(folder: Path) -> Iterator[Path]:
     """Hold the exclusive lock of ``folder`` (created if missing) for the ``with`` block.
 
-    Re-entrant within one process. When the block wrote nothing into the folder, the lock file this
-    call created (and the folder, if it created that too) is removed again on exit.
+    Re-entrant within one process. The lock file exists only while held (a stale one left by an older
+    version is reused); a folder this call created and the block left empty is removed on exit.
 
     Raises:
         RunFolderError: if another process holds the lock (naming its PID) or the folder is not
