@@ -1,4 +1,6 @@
+import errno
 import json
+import os
 
 import numpy as np
 import pytest
@@ -127,3 +129,35 @@ def test_logger_resume_drops_partial_line(tmp_path):
     with JsonlLogger(p) as log:
         log.log(step=2, loss=0.1)
     assert read_jsonl(p) == [{"step": 1}, {"step": 2, "loss": 0.1}]
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"), [(errno.ENOSPC, OSError), (errno.EACCES, PermissionError), (errno.EROFS, OSError)]
+)
+def test_write_errors_name_the_destination_not_the_temporary(tmp_path, monkeypatch, code, cls):
+    p = tmp_path / "config.yaml"
+    atomic_write_text(p, "old")
+
+    def failing_fsync(fd):
+        raise OSError(code, os.strerror(code), "/somewhere/.config.yaml.x.tmp")
+
+    monkeypatch.setattr(fio.os, "fsync", failing_fsync)
+    with pytest.raises(cls) as info:
+        atomic_write_text(p, "new")
+    monkeypatch.undo()
+    assert info.value.errno == code and info.value.filename == str(p)
+    assert p.read_text() == "old" and _no_temp_files(tmp_path)
+
+
+def test_logger_keep_bytes_drops_records_after_a_checkpoint(tmp_path):
+    p = tmp_path / "m.jsonl"
+    with JsonlLogger(p) as log:
+        log.log(step=1)
+        kept = log.size
+        log.log(step=2)
+        assert log.size == p.stat().st_size > kept
+    with JsonlLogger(p, keep_bytes=kept) as log:
+        log.log(step=3)
+    assert [r["step"] for r in read_jsonl(p)] == [1, 3]
+    with pytest.raises(ValueError, match="expected at least 1000 bytes"):
+        JsonlLogger(p, keep_bytes=1000)

@@ -85,13 +85,20 @@ def _add_train_eval(verbs: argparse._SubParsersAction, name: str, preset: str, *
     tr.add_argument(
         "--run-dir", type=Path, default=None, help=f"output folder (default runs/{name}-<preset>)"
     )
-    tr.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    tr.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir (overrides may change train.max_steps, train.max_minutes, "
+        "train.threads, device, eval.*)",
+    )
+    _add_force(tr, "start over in a --run-dir that holds a run (its checkpoints and log are replaced)")
     tr.add_argument("--eval", action="store_true", help="evaluate the best checkpoint after training")
     tr.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.max_steps=100")
     ev = verbs.add_parser("eval", help="evaluate a run folder (results.json, report.md, plots/)")
     ev.add_argument("run_dir", type=Path)
     ev.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     ev.add_argument("--out", type=Path, default=None, help="write results/report here (default: RUN_DIR)")
+    _add_force(ev, "write into an --out folder that holds another run or other files")
     ev.add_argument("overrides", nargs="*", help=f"key=value overrides, e.g. {eval_example}")
 
 
@@ -100,6 +107,11 @@ def _add_export(verbs: argparse._SubParsersAction, what: str) -> None:
     ex.add_argument("run_dir", type=Path)
     ex.add_argument("out_dir", type=Path)
     ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    _add_force(ex, "write into an OUT_DIR that holds a run (even RUN_DIR itself) or other files")
+
+
+def _add_force(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--force", action="store_true", help=what)
 
 
 def _add_recipe(
@@ -163,7 +175,7 @@ def _run_recipe(args: argparse.Namespace) -> None:
         labels = args.labels.split(",") if args.labels else None
         print(module.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))  # type: ignore[attr-defined]
     elif args.verb == "export":
-        path = module.export(args.run_dir, args.out_dir, which=args.checkpoint)
+        path = module.export(args.run_dir, args.out_dir, which=args.checkpoint, force=args.force)
         size = f" ({path.stat().st_size / 1e6:.1f} MB)" if path.is_file() else ""
         print(f"exported {path}{size}")
     elif args.verb in ("train", "eval"):
@@ -189,7 +201,14 @@ def _train_or_eval(args: argparse.Namespace, module: Any) -> None:
         path = preset_path(args.recipe, args.preset)
         cfg = load_config(module.CONFIG, path, args.overrides)
         run_dir = args.run_dir or Path("runs") / f"{args.recipe}-{path.stem}"
-        summary = module.train(cfg, run_dir, resume=args.resume, command=command_line())
+        summary = module.train(
+            cfg,
+            run_dir,
+            resume=args.resume,
+            command=command_line(),
+            overrides=args.overrides,
+            force=args.force,
+        )
         print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
         if args.eval:
             print(module.summary(module.evaluate(run_dir, command=eval_command(args.recipe, run_dir))))
@@ -197,7 +216,12 @@ def _train_or_eval(args: argparse.Namespace, module: Any) -> None:
         return
     out = args.out or args.run_dir
     res = module.evaluate(
-        args.run_dir, which=args.checkpoint, overrides=args.overrides, command=command_line(), out_dir=out
+        args.run_dir,
+        which=args.checkpoint,
+        overrides=args.overrides,
+        command=command_line(),
+        out_dir=out,
+        force=args.force,
     )
     print(module.summary(res))
     print(f"report: {out / 'report.md'}")
@@ -220,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
 def _guarded(fn: Callable[[], None]) -> int:
     try:
         fn()
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError) as err:  # incl. RunFolderError
         print(f"fastweights: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # e.g. a read-only folder or a full disk while writing config/logs/results
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"fastweights: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fastweights: interrupted; the latest checkpoint was saved (use --resume)", file=sys.stderr)

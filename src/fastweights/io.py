@@ -5,7 +5,8 @@ log.
 Atomic writes go to a temporary file in the destination folder, are flushed and ``fsync``-ed, and then
 moved over the destination with :func:`os.replace` (atomic on POSIX and Windows for paths on the same
 file system). A reader therefore sees either the old file or the complete new one, never a partial
-write; if writing fails, the old file is left untouched and the temporary file is removed.
+write; if writing fails, the old file is left untouched, the temporary file is removed and the
+``OSError`` (e.g. ``PermissionError``, ENOSPC) names the destination.
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ def _atomic_binary(path: PathLike, *, mode: int | None = None) -> Iterator[IO[by
     ``mode``: file permissions of the result (default: ``0o666`` minus the umask).
     """
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as err:
+        raise _naming(err, dest) from err
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -79,11 +83,19 @@ def _atomic_binary(path: PathLike, *, mode: int | None = None) -> Iterator[IO[by
             os.fsync(f.fileno())
         os.chmod(tmp, (0o666 & ~_UMASK) if mode is None else mode)  # mkstemp creates 0600
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(err, OSError) and err.errno is not None:
+            raise _naming(err, dest) from err
         raise
     _fsync_dir(dest.parent)
+
+
+def _naming(err: OSError, dest: Path) -> OSError:
+    """The same error (same subclass: ``PermissionError``, ENOSPC ``OSError`` …) naming the destination
+    instead of the temporary file."""
+    return OSError(err.errno, err.strerror, str(dest)) if err.errno is not None else err
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
@@ -175,14 +187,39 @@ class JsonlLogger:
     Args:
         path: log file; parent folders are created.
         fsync: also ``os.fsync`` after every record (slower; survives power loss, not only crashes).
+        keep_bytes: first truncate the file to this many bytes (a resumed run passes the :attr:`size`
+            recorded in its checkpoint, dropping the records written after it); ``None`` keeps it all.
+
+    Raises:
+        ValueError: if ``keep_bytes`` is negative or larger than the file (records were lost).
     """
 
-    def __init__(self, path: PathLike, *, fsync: bool = False) -> None:
+    def __init__(self, path: PathLike, *, fsync: bool = False, keep_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if keep_bytes is not None:
+            size = self.path.stat().st_size if self.path.exists() else 0
+            if not 0 <= keep_bytes <= size:
+                raise ValueError(
+                    f"{self.path}: expected at least {keep_bytes} bytes of records (as checkpointed), "
+                    f"found {size}; the log was shortened or replaced"
+                )
+            if keep_bytes < size:
+                os.truncate(self.path, keep_bytes)
         _drop_partial_last_line(self.path)
         self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file after the last complete record (what :meth:`log` has flushed).
+
+        Raises:
+            ValueError: if the logger was closed.
+        """
+        if self._file is None:
+            raise ValueError(f"JsonlLogger({str(self.path)!r}) is closed")
+        return os.fstat(self._file.fileno()).st_size
 
     def log(self, **record: Any) -> None:
         """Append ``record`` as one JSON line and flush.
@@ -190,14 +227,19 @@ class JsonlLogger:
         Raises:
             TypeError: if a value is not JSON serialisable (nothing is written).
             ValueError: if the logger was closed.
+            OSError: naming the log file, if writing fails (a partial line is dropped when the log
+                is reopened).
         """
         if self._file is None:
             raise ValueError(f"JsonlLogger({str(self.path)!r}) is closed")
         line = json.dumps(record, default=_json_default)
-        self._file.write(line + "\n")
-        self._file.flush()
-        if self.fsync:
-            os.fsync(self._file.fileno())
+        try:
+            self._file.write(line + "\n")
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+        except OSError as err:  # e.g. a full disk: name the log, not a file descriptor
+            raise _naming(err, self.path) from err
 
     def close(self) -> None:
         """Close the file (idempotent)."""

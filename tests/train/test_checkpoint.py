@@ -1,3 +1,4 @@
+import errno
 import random
 
 import numpy as np
@@ -5,7 +6,9 @@ import pytest
 import torch
 from torch import nn
 
+from fastweights.train import checkpoint
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from fastweights.train.run_folder import RunFolderError
 
 
 def _draw():
@@ -82,3 +85,70 @@ def test_resume_gives_identical_random_numbers(tmp_path):
 def test_restore_requires_keys():
     with pytest.raises(ValueError, match="missing"):
         restore_rng_state({"python": random.getstate()})
+
+
+def test_best_is_written_before_latest(tmp_path, monkeypatch):
+    """A kill between the two writes must leave a latest.pt whose recorded best has its best.pt."""
+    order = []
+    real = checkpoint.atomic_torch_save
+    monkeypatch.setattr(checkpoint, "atomic_torch_save", lambda obj, p: (order.append(p.name), real(obj, p)))
+    CheckpointManager(tmp_path).save({"step": 1}, is_best=True)
+    assert order == ["best.pt", "latest.pt"]
+
+
+def _damage(path, how):
+    data = path.read_bytes()
+    path.write_bytes({"empty": b"", "truncated": data[: len(data) // 2], "zeros": bytes(len(data))}[how])
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "zeros"])
+def test_damaged_checkpoint_names_the_file_and_the_usable_other(tmp_path, how):
+    mgr = CheckpointManager(tmp_path)
+    mgr.save({"model": {"w": torch.ones(64, 64)}, "step": 3}, is_best=True)
+    _damage(mgr.path("latest"), how)
+    with pytest.raises(RunFolderError) as info:
+        mgr.load("latest")
+    msg = str(info.value)
+    assert "\n" not in msg and f"{mgr.path('latest')} is damaged" in msg
+    assert f"{mgr.path('best')} exists and reads fine: use it with --checkpoint best" in msg
+    hint = mgr.load("best")  # the other one still loads
+    assert hint["step"] == 3
+    _damage(mgr.path("best"), how)
+    with pytest.raises(RunFolderError, match="best.pt is damaged too"):
+        mgr.load("latest")
+    mgr.path("best").unlink()
+    with pytest.raises(RunFolderError, match="there is no best.pt to fall back on"):
+        mgr.load("latest")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        PermissionError(errno.EACCES, "Permission denied"),
+        RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 512 vs 448"),
+    ],
+)
+def test_failed_write_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, error):
+    mgr = CheckpointManager(tmp_path)
+    mgr.save({"step": 1}, is_best=True)
+
+    def failing_save(obj, f):
+        f.write(b"half a checkpoint")
+        raise error
+
+    monkeypatch.setattr(torch, "save", failing_save)  # inside the real atomic writer
+    with pytest.raises(RunFolderError, match=r"cannot write .*latest.pt .*the previous latest.pt is intact"):
+        mgr.save({"step": 2}, is_best=False)
+    monkeypatch.undo()
+    assert mgr.load("latest")["step"] == 1 and mgr.load("best")["step"] == 1
+    assert sorted(p.name for p in mgr.dir.iterdir()) == ["best.pt", "latest.pt"]  # no temporary left
+
+
+def test_unrelated_runtime_errors_are_not_disguised(tmp_path, monkeypatch):
+    def failing_save(obj, f):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(RuntimeError, match="something else"):
+        CheckpointManager(tmp_path).save({"step": 2}, is_best=False)

@@ -35,6 +35,7 @@ from fastweights.recipes.common import fit_run, load_trained, run_summary, start
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.report import plot_bars, plot_learning_curves, save_evaluation, write_report
 from fastweights.train.checkpoint import CheckpointManager
+from fastweights.train.run_folder import locks_eval_output, locks_run_dir, output_folder
 
 __all__ = [*RECIPE_MEMBERS, "compare_curves", "load_glyph_pools"]  # the recipe contract + extras
 
@@ -86,8 +87,15 @@ def _check(cfg: ACLConfig) -> None:
         )
 
 
+@locks_run_dir
 def train(
-    cfg: ACLConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+    cfg: ACLConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    command: str | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
@@ -99,10 +107,14 @@ def train(
         The last validation record.
 
     Raises:
-        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set
+            (``resume``, ``overrides``, ``force``: see :func:`fastweights.recipes.common.prepare_run`).
+        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: if ``num_tasks * n_way`` exceeds the meta-training classes (from the sampler).
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check)
+    run = start_run(
+        cfg, run_dir, resume=resume, command=command, check=_check, overrides=overrides, force=force
+    )
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     pools = load_glyph_pools(cfg.data)
@@ -158,6 +170,7 @@ def _split_datasets(cfg: ACLConfig) -> dict[str, SplitDataset]:
     return out
 
 
+@locks_eval_output
 def evaluate(
     run_dir: Path,
     *,
@@ -165,12 +178,15 @@ def evaluate(
     overrides: list[str] | None = None,
     command: str | None = None,
     out_dir: Path | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the ``which`` checkpoint of ``run_dir``; writes ``results.json``, ``report.md`` and
     ``plots/`` into ``out_dir`` (default: ``run_dir``; the training log is copied there for the curve).
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
+            process holds it, or the checkpoint is damaged.
     """
     run_dir = Path(run_dir)
     cfg, state, model, device = load_trained(run_dir, ACLConfig, build_model, which, overrides)
@@ -224,24 +240,32 @@ def evaluate(
     return save_evaluation(results, run_dir, out_dir, write_report)
 
 
-def export(run_dir: Path, out_dir: Path, *, which: str = "best") -> Path:
+def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
     """Write a slim, shareable copy of a run: ``config.yaml``, ``command.txt``, ``metrics.jsonl`` and
     ``checkpoints/best.pt`` holding only the model weights and training step/time (no optimiser).
 
+    ``out_dir`` must be new or empty (``force``: overwrite whatever it holds, even ``run_dir`` itself);
+    it is locked while written.
+
     Raises:
         FileNotFoundError: if ``run_dir`` has no such checkpoint.
+        RunFolderError: if ``out_dir`` holds a run or other files (without ``force``), another process
+            holds it, or the checkpoint is damaged.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
-    if state is None:
-        raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
-    for name in ("config.yaml", "command.txt", "metrics.jsonl"):
-        if (run_dir / name).exists():
-            atomic_write_text(out_dir / name, (run_dir / name).read_text())
-    slim = {k: state[k] for k in ("model", "step", "elapsed_seconds", "best")}
-    CheckpointManager(out_dir).save(slim, is_best=True)
-    (out_dir / "checkpoints" / "latest.pt").unlink(missing_ok=True)
-    return out_dir / "checkpoints" / "best.pt"
+    with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
+        state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
+        if state is None:
+            raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
+        names = [n for n in ("config.yaml", "command.txt", "metrics.jsonl") if (run_dir / n).exists()]
+        files = {n: (run_dir / n).read_text() for n in names}
+        slim = {k: state[k] for k in ("model", "step", "elapsed_seconds", "best")}
+        for name, text in files.items():
+            atomic_write_text(out_dir / name, text)
+        out = CheckpointManager(out_dir)
+        path = out.write("best", slim)
+        out.path("latest").unlink(missing_ok=True)  # only with force: a latest.pt of what was there
+    return path
 
 
 def compare_curves(

@@ -16,7 +16,8 @@ import torch
 from fastweights.config import apply_overrides, config_from_yaml, config_to_yaml
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, open_run_dir
+from fastweights.train.loop import LoopSettings, fit, numpy_rng_state
+from fastweights.train.run_folder import RunFolderError, folder_contents, holds_lock, remove_stale_temporaries
 from fastweights.train.schedules import lr_multiplier
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "load_trained",
     "prepare_run",
     "resolve_device",
+    "RESUME_OVERRIDABLE",
 ]
 
 C = TypeVar("C")
@@ -103,6 +105,42 @@ def loop_settings(o: Any) -> LoopSettings:
     )
 
 
+#: config keys a ``--resume key=value`` may change (``eval.*``: every key of the eval section)
+RESUME_OVERRIDABLE = ("train.max_steps", "train.max_minutes", "train.threads", "device", "eval.*")
+
+
+def _resume_overrides(cfg: C, overrides: list[str] | None, run_dir: Path) -> C:
+    """``cfg`` (the run's saved config) with the ``--resume`` overrides applied.
+
+    Raises:
+        ValueError: naming the keys outside :data:`RESUME_OVERRIDABLE` whose value would change (an
+            override equal to the saved value is accepted) and listing the keys that may change.
+    """
+    if not overrides:
+        return cfg
+    new = apply_overrides(cfg, overrides)
+    refused = []
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        allowed = key in RESUME_OVERRIDABLE or key.startswith("eval.")
+        if not allowed and apply_overrides(cfg, [item]) != cfg:
+            refused.append(key)
+    if refused:
+        raise ValueError(
+            f"overrides: {', '.join(refused)} cannot change when resuming {run_dir} (its config.yaml keeps "
+            f"the values it was trained with); keys that may change on --resume: "
+            f"{', '.join(RESUME_OVERRIDABLE)}"
+        )
+    return new
+
+
+def _start_over(run_dir: Path) -> None:
+    """``--force`` without ``--resume``: remove the previous run's checkpoints, log and results."""
+    ckpt = CheckpointManager(run_dir)
+    for path in (ckpt.path("latest"), ckpt.path("best"), run_dir / "metrics.jsonl", run_dir / "results.json"):
+        path.unlink(missing_ok=True)
+
+
 def prepare_run(
     cfg: C,
     run_dir: Path,
@@ -110,25 +148,75 @@ def prepare_run(
     resume: bool,
     command: str | None,
     check: Callable[[C], None] | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
 ) -> C:
-    """Check/create ``run_dir``, reload its ``config.yaml`` when resuming, run ``check(cfg)`` (the
-    recipe's config validation) before anything is written, then write config and command.
+    """Check ``run_dir`` and write its ``config.yaml`` and ``command.txt``; returns the config to train.
+
+    Call it holding ``run_lock(run_dir)`` (recipes decorate ``train`` with
+    :func:`fastweights.train.run_folder.locks_run_dir`). Stale temporary files of killed writes are
+    removed first. A fresh run needs a new or empty ``run_dir`` (``force``: start over in a folder
+    holding a run, removing its checkpoints, ``metrics.jsonl`` and ``results.json``). ``resume``
+    continues the run in ``run_dir`` with its saved ``config.yaml``, changed only by the ``overrides``
+    that :data:`RESUME_OVERRIDABLE` allows; a ``run_dir`` that does not exist yet (or holds only the
+    config of a run killed before its first checkpoint or log line) starts from step 0. ``check(cfg)``
+    (the recipe's config validation) runs before anything is written.
+
+    Args:
+        overrides: the command line's ``key=value`` items; only used when resuming (``cfg`` already
+            contains them otherwise).
 
     Raises:
-        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
-        ValueError: from ``check`` (nothing is written then).
+        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set.
+        RunFolderError: if ``run_dir`` holds other files (without ``force``), or ``resume`` finds a log
+            or ``best.pt`` but no ``latest.pt`` to continue from, or a checkpoint without ``config.yaml``.
+        ValueError: from ``check`` or for overrides that may not change on resume (nothing is written).
+        RuntimeError: if the caller does not hold the folder's lock.
     """
     run_dir = Path(run_dir)
-    open_run_dir(run_dir, resume)
-    if resume and (run_dir / "config.yaml").exists():
-        cfg = config_from_yaml(type(cfg), (run_dir / "config.yaml").read_text())
+    if not holds_lock(run_dir):
+        raise RuntimeError(f"prepare_run: hold run_lock({run_dir}) first (see locks_run_dir)")
+    remove_stale_temporaries(run_dir)
+    ckpt = CheckpointManager(run_dir)
+    markers, others = folder_contents(run_dir)
+    config_path = run_dir / "config.yaml"
+    log_path = run_dir / "metrics.jsonl"
+    has_log = log_path.exists() and log_path.stat().st_size > 0
+    continuing = resume and bool(markers)  # --resume wins over --force
+    if continuing:
+        if ckpt.exists("latest") and not config_path.exists():
+            raise RunFolderError(f"run_dir: cannot --resume {run_dir}: it has checkpoints but no config.yaml")
+        if not ckpt.exists("latest") and (has_log or ckpt.exists("best") or not config_path.exists()):
+            found = [
+                n
+                for n, ok in (("metrics.jsonl", has_log), ("checkpoints/best.pt", ckpt.exists("best")))
+                if ok
+            ] or markers
+            raise RunFolderError(
+                f"run_dir: cannot --resume {run_dir}: it has {', '.join(found)} but no "
+                "checkpoints/latest.pt to continue from; restarting would mix two runs (pass --force "
+                "without --resume to start over, or choose another folder)"
+            )
+        cfg = _resume_overrides(config_from_yaml(type(cfg), config_path.read_text()), overrides, run_dir)
+    elif markers and not force:
+        raise FileExistsError(
+            f"run_dir: {run_dir} already holds a run ({', '.join(markers)}); pass --resume to continue it, "
+            "--force to start over, or choose another folder"
+        )
+    elif others and not force:
+        raise RunFolderError(
+            f"run_dir: {run_dir} is not empty ({', '.join(others[:5])}); choose a new or empty folder, "
+            "or pass --force to train into it"
+        )
     if check is not None:
         check(cfg)
+    if force and not continuing:
+        _start_over(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", config_to_yaml(cfg))
+    atomic_write_text(config_path, config_to_yaml(cfg))
     if command:  # a resumed run keeps the commands that started it
         path = run_dir / "command.txt"
-        previous = path.read_text() if resume and path.exists() else ""
+        previous = path.read_text() if continuing and path.exists() else ""
         atomic_write_text(path, previous + command + "\n")
     return cfg
 
@@ -145,6 +233,7 @@ def load_run(
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if the checkpoint is damaged (saying whether the other one can be used).
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
@@ -152,9 +241,12 @@ def load_run(
     cfg = config_from_yaml(config_cls, (run_dir / "config.yaml").read_text())
     if overrides:
         cfg = apply_overrides(cfg, overrides)
-    state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
+    ckpt = CheckpointManager(run_dir)
+    state = ckpt.load(which)  # type: ignore[arg-type]
     if state is None:
-        raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
+        other = "latest" if which == "best" else "best"
+        hint = f"; {other}.pt exists: pass --checkpoint {other}" if ckpt.exists(other) else ""  # type: ignore[arg-type]
+        raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints{hint}")
     return cfg, state
 
 
@@ -205,9 +297,11 @@ def start_run(
     resume: bool,
     command: str | None,
     check: Callable[[Any], None] | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
 ) -> RecipeRun:
     """:func:`prepare_run` (``check`` + the device and loop settings are validated before anything is
-    written), then threads, device and seeds from ``cfg.train``."""
+    written; ``overrides`` and ``force`` as there), then threads, device and seeds from ``cfg.train``."""
     run_dir = Path(run_dir)
 
     def check_all(c: Any) -> None:
@@ -216,7 +310,9 @@ def start_run(
         if check is not None:
             check(c)
 
-    cfg = prepare_run(cfg, run_dir, resume=resume, command=command, check=check_all)
+    cfg = prepare_run(
+        cfg, run_dir, resume=resume, command=command, check=check_all, overrides=overrides, force=force
+    )
     t = cfg.train
     if t.threads:
         torch.set_num_threads(t.threads)
@@ -273,6 +369,7 @@ def load_trained(
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if the checkpoint is damaged.
     """
     cfg, state = load_run(Path(run_dir), config_cls, which, overrides)
     if cfg.train.threads:

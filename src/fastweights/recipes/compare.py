@@ -15,7 +15,6 @@ from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.recipes.contract import eval_command, get_recipe
 from fastweights.recipes.report import md_table
-from fastweights.train.checkpoint import CheckpointManager
 
 __all__ = ["compare", "parse_vary", "variants"]
 
@@ -93,7 +92,7 @@ def compare(
     results = {}
     for label, cfg in configs.items():
         run_dir = run_root / label
-        resume = CheckpointManager(run_dir).exists("latest")
+        resume = (run_dir / "config.yaml").exists()  # also a run killed before its first checkpoint
         log.info("%s: training %s in %s%s", recipe, label, run_dir, " (resume)" if resume else "")
         module.train(cfg, run_dir, resume=resume, command=command)
         results[label] = module.evaluate(

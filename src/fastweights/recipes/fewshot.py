@@ -29,6 +29,7 @@ from fastweights.recipes.common import fit_run, load_trained, run_summary, start
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot_config import FewShotConfig
 from fastweights.recipes.report import plot_bars, plot_learning_curves, run_header, save_evaluation
+from fastweights.train.run_folder import locks_eval_output, locks_run_dir
 
 __all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 
@@ -53,8 +54,15 @@ def _check(cfg: FewShotConfig) -> None:
         )
 
 
+@locks_run_dir
 def train(
-    cfg: FewShotConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+    cfg: FewShotConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    command: str | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
@@ -62,10 +70,14 @@ def train(
     meta-validation accuracy. See :func:`fastweights.train.loop.fit` for resume and interruption.
 
     Raises:
-        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set
+            (``resume``, ``overrides``, ``force``: see :func:`fastweights.recipes.common.prepare_run`).
+        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: for ``n_way`` above the model's outputs or the pools' class counts.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check)
+    run = start_run(
+        cfg, run_dir, resume=resume, command=command, check=_check, overrides=overrides, force=force
+    )
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     pools = load_pools_for(cfg.data)
@@ -106,6 +118,7 @@ def train(
     )
 
 
+@locks_eval_output
 def evaluate(
     run_dir: Path,
     *,
@@ -113,12 +126,15 @@ def evaluate(
     overrides: list[str] | None = None,
     command: str | None = None,
     out_dir: Path | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the ``which`` checkpoint of ``run_dir`` on the meta-test classes; writes
     ``results.json``, ``report.md`` and ``plots/learning_curve.png`` into ``out_dir`` (default ``run_dir``).
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
+            process holds it, or the checkpoint is damaged.
     """
     run_dir = Path(run_dir)
     cfg, state, model, device = load_trained(run_dir, FewShotConfig, build_model, which, overrides)

@@ -35,6 +35,7 @@ from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.lm_config import LMRecipeConfig
 from fastweights.recipes.report import md_table, run_header, save_evaluation
 from fastweights.train.loop import fit
+from fastweights.train.run_folder import locks_eval_output, locks_run_dir, output_folder
 from fastweights.train.schedules import warmup_cosine
 
 __all__ = [
@@ -131,8 +132,15 @@ def position_losses(
     return total / len(windows)
 
 
+@locks_run_dir
 def train(
-    cfg: LMRecipeConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+    cfg: LMRecipeConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    command: str | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir``: AdamW, warm-up + cosine, clipping, validation bits per byte on
     fixed windows of the validation cut (the best checkpoint minimises it), checkpoints + exact resume
@@ -143,7 +151,9 @@ def train(
         ValueError: for bad train/model fields or a corpus too short for ``train.seq_len``.
         FileNotFoundError: if ``data.path`` does not exist.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check_config)
+    run = start_run(
+        cfg, run_dir, resume=resume, command=command, check=_check_config, overrides=overrides, force=force
+    )
     cfg, device = run.cfg, run.device
     t = cfg.train
     model = build_model(cfg).to(device)
@@ -189,6 +199,7 @@ def train(
     )
 
 
+@locks_eval_output
 def evaluate(
     run_dir: Path,
     *,
@@ -196,6 +207,7 @@ def evaluate(
     overrides: list[str] | None = None,
     command: str | None = None,
     out_dir: Path | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the ``which`` checkpoint on each cut of ``eval.splits`` (validation and test): loss
     (nats/byte), bits per byte, perplexity (per byte) and bits per byte at every position of
@@ -205,6 +217,8 @@ def evaluate(
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
         ValueError: for an unknown split in ``eval.splits`` or a cut shorter than one window.
+        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
+            process holds it, or the checkpoint is damaged.
     """
     run_dir = Path(run_dir)
     cfg, state, model, _ = load_trained(run_dir, LMRecipeConfig, build_model, which, overrides)
@@ -421,11 +435,19 @@ def generate_text(
     return decode(out[0].cpu())
 
 
-def export(run_dir: Path, out_dir: Path, which: str = "best") -> Path:
+def export(run_dir: Path, out_dir: Path, which: str = "best", *, force: bool = False) -> Path:
     """Write the ``which`` checkpoint's model as ``config.json`` + ``model.safetensors`` in ``out_dir``
-    (loadable with :meth:`CausalLM.from_pretrained`)."""
-    _, _, model, _ = load_trained(Path(run_dir), LMRecipeConfig, build_model, which)
-    model.cpu().save_pretrained(out_dir)
+    (loadable with :meth:`CausalLM.from_pretrained`). ``out_dir`` must be new or empty (``force``:
+    write into it anyway); it is locked while written.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if ``out_dir`` holds a run or other files (without ``force``), another process
+            holds it, or the checkpoint is damaged.
+    """
+    with output_folder(Path(out_dir), source=Path(run_dir), force=force, purpose="export"):
+        _, _, model, _ = load_trained(Path(run_dir), LMRecipeConfig, build_model, which)
+        model.cpu().save_pretrained(out_dir)
     return Path(out_dir)
 
 

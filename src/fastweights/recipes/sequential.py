@@ -35,6 +35,7 @@ from fastweights.recipes.common import fit_run, load_trained, run_summary, start
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.report import run_header, save_evaluation
 from fastweights.recipes.sequential_config import SequentialConfig
+from fastweights.train.run_folder import locks_eval_output, locks_run_dir
 
 __all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + extras
 
@@ -62,17 +63,28 @@ def _check(cfg: SequentialConfig) -> None:
         raise ValueError(f"train.max_trim: expected 0..{t.n_way * t.k_shot - 1}, got {t.max_trim}")
 
 
+@locks_run_dir
 def train(
-    cfg: SequentialConfig, run_dir: Path, *, resume: bool = False, command: str | None = None
+    cfg: SequentialConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    command: str | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir``; the best checkpoint maximises the overall validation
     accuracy of untrimmed A→B streams. Resume/interruption as in :func:`fastweights.train.loop.fit`.
 
     Raises:
-        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
+        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set
+            (``resume``, ``overrides``, ``force``: see :func:`fastweights.recipes.common.prepare_run`).
+        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: for a bad ``n_way``/``max_trim`` or domains with different image formats.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command, check=_check)
+    run = start_run(
+        cfg, run_dir, resume=resume, command=command, check=_check, overrides=overrides, force=force
+    )
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     model = build_model(cfg).to(device)
@@ -123,6 +135,7 @@ def _domains(cfg: SequentialConfig) -> list[Any]:
     return [cfg.domain_a, cfg.domain_b]
 
 
+@locks_eval_output
 def evaluate(
     run_dir: Path,
     *,
@@ -130,12 +143,15 @@ def evaluate(
     overrides: list[str] | None = None,
     command: str | None = None,
     out_dir: Path | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the ``which`` checkpoint of ``run_dir`` on both stream orders of the meta-test pools;
     writes ``results.json``, ``report.md`` and ``plots/`` into ``out_dir`` (default ``run_dir``).
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
+            process holds it, or the checkpoint is damaged.
     """
     run_dir = Path(run_dir)
     cfg, state, model, device = load_trained(run_dir, SequentialConfig, build_model, which, overrides)

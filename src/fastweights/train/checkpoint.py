@@ -2,7 +2,12 @@
 
 Layout: ``<run_dir>/checkpoints/latest.pt`` (written at every save) and ``best.pt`` (written when the
 save is marked best). Both are written with :func:`fastweights.io.atomic_torch_save`, so an
-interrupted save never corrupts the previous checkpoint.
+interrupted save never corrupts the previous checkpoint, and ``best.pt`` is written *before*
+``latest.pt``: a kill between the two leaves the previous ``latest.pt``, whose recorded best score
+still belongs to the ``best.pt`` it had (the resumed run redoes the step and rewrites ``best.pt``).
+Unreadable files and failed writes (full disk, read-only folder) raise
+:class:`~fastweights.train.run_folder.RunFolderError` naming the file and, for a damaged one,
+whether the other checkpoint is usable.
 
 A checkpoint ``state`` is a plain dict chosen by the training loop, typically::
 
@@ -15,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,11 +28,31 @@ import numpy as np
 import torch
 
 from fastweights.io import atomic_torch_save
+from fastweights.train.run_folder import RunFolderError
 
 __all__ = ["CheckpointManager", "capture_rng_state", "restore_rng_state"]
 
 Which = Literal["latest", "best"]
 _WHICH = ("latest", "best")
+# torch's messages when writing a checkpoint fails inside its zip writer (e.g. a full disk)
+_TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "unexpected pos", "file write failed")
+
+
+class _Damaged(Exception):
+    """A checkpoint file exists but cannot be decoded."""
+
+
+def _read(path: Path, map_location: Any) -> dict[str, Any]:
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except PermissionError as err:
+        raise RunFolderError(f"checkpoint: cannot read {path} ({err.strerror or err})") from None
+    except Exception as err:  # noqa: BLE001 - any other failure (EOF, bad zip, EINVAL …) means damage
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise _Damaged(f"{type(err).__name__}: {first}" if first else type(err).__name__) from None
+    if not isinstance(state, dict):
+        raise _Damaged(f"expected a checkpoint dict, found {type(state).__name__}")
+    return state
 
 
 class CheckpointManager:
@@ -55,27 +81,55 @@ class CheckpointManager:
         return self.path(which).is_file()
 
     def save(self, state: dict[str, Any], *, is_best: bool) -> Path:
-        """Write ``state`` to ``latest.pt`` (and also ``best.pt`` when ``is_best``), atomically.
+        """Write ``state`` to ``best.pt`` when ``is_best``, then to ``latest.pt``, each atomically.
 
         Args:
             state: picklable dict (state_dicts, step, RNG states, metrics, …).
-            is_best: also overwrite ``best.pt`` with the same state.
+            is_best: also overwrite ``best.pt`` with the same state (written first, see the module
+                docstring).
 
         Returns:
             The path of ``latest.pt``.
 
         Raises:
             TypeError: if ``state`` is not a dict.
+            RunFolderError: if a file cannot be written (the previous one stays intact).
         """
         if not isinstance(state, dict):
             raise TypeError(f"state: expected a dict, given {type(state).__name__}")
-        latest = self.path("latest")
-        atomic_torch_save(state, latest)
         if is_best:
-            atomic_torch_save(state, self.path("best"))
-        return latest
+            self.write("best", state)
+        return self.write("latest", state)
 
-    def load(self, which: Which = "latest", map_location: Any = "cpu") -> dict[str, Any] | None:
+    def write(self, which: Which, state: dict[str, Any]) -> Path:
+        """Write ``state`` to the ``which`` checkpoint atomically; returns its path.
+
+        Raises:
+            RunFolderError: naming the file, when it cannot be written (permissions, full disk); the
+                previous file stays intact.
+        """
+        path = self.path(which)
+        try:
+            atomic_torch_save(state, path)
+        except OSError as err:
+            reason = err.strerror or str(err)
+        except RuntimeError as err:
+            if not any(s in str(err) for s in _TORCH_WRITE_FAILURES):
+                raise
+            reason = f"write failed, is the disk full? ({(str(err).strip().splitlines() or [''])[0][:120]})"
+        else:
+            return path
+        raise RunFolderError(
+            f"checkpoint: cannot write {path} ({reason}); the previous {path.name} is intact"
+        )
+
+    def load(
+        self,
+        which: Which = "latest",
+        map_location: Any = "cpu",
+        *,
+        fallback_hint: Callable[[str, Path], str] | None = None,
+    ) -> dict[str, Any] | None:
         """Load the ``"latest"`` or ``"best"`` checkpoint, or return ``None`` when it does not exist.
 
         Uses ``torch.load(..., weights_only=False)`` because checkpoints hold RNG states (Python tuples,
@@ -85,17 +139,34 @@ class CheckpointManager:
         Args:
             which: ``"latest"`` or ``"best"``.
             map_location: forwarded to :func:`torch.load` (default: everything on CPU).
+            fallback_hint: ``(other, other_path) -> advice`` appended to the error when the file is
+                damaged and the other checkpoint reads fine (default: pass ``--checkpoint other``).
 
         Raises:
-            ValueError: if ``which`` is invalid or the file does not hold a dict.
+            ValueError: if ``which`` is invalid.
+            RunFolderError: if the file is damaged (empty, truncated, zero-filled, not a checkpoint
+                dict; the message says whether the other checkpoint exists and reads) or unreadable.
         """
         p = self.path(which)
         if not p.is_file():
             return None
-        state = torch.load(p, map_location=map_location, weights_only=False)
-        if not isinstance(state, dict):
-            raise ValueError(f"{p}: expected a checkpoint dict, given {type(state).__name__}")
-        return state
+        try:
+            return _read(p, map_location)
+        except _Damaged as err:
+            damage = str(err)
+        other = "best" if which == "latest" else "latest"
+        op = self.path(other)
+        if not op.is_file():
+            alt = f"there is no {other}.pt to fall back on"
+        else:
+            try:
+                _read(op, "cpu")
+            except (_Damaged, RunFolderError):
+                alt = f"{op} is damaged too"
+            else:
+                hint = fallback_hint or (lambda o, _: f"use it with --checkpoint {o}")
+                alt = f"{op} exists and reads fine: {hint(other, op)}"
+        raise RunFolderError(f"checkpoint: {p} is damaged and cannot be read ({damage}); {alt}")
 
 
 def capture_rng_state() -> dict[str, Any]:

@@ -7,7 +7,14 @@ until ``max_steps`` or a wall-clock budget, validates every ``val_every_steps`` 
 end), keeps the checkpoint with the best ``objective`` and a latest one, logs one JSONL record per
 validation, shows a progress bar, and on Ctrl-C saves before re-raising. With ``resume=True`` the
 latest checkpoint continues exactly: model, optimiser, schedule, step, elapsed time, torch/numpy/
-python random states and any recipe-specific state (``extra_state``).
+python random states, the training-loss average and any recipe-specific state (``extra_state``).
+
+A fresh run saves a step-0 checkpoint before its first step. Every checkpoint records the byte length
+of ``metrics.jsonl`` at its save; a resumed run truncates the log back to it, so records written after
+the checkpoint (a kill between a validation's log line and its checkpoint) are not repeated: a
+killed-and-resumed run logs what the uninterrupted one logs, line for line (up to the wall-clock
+``minutes``), and ends with the same weights on CPU. A log with records but no checkpoint (the
+checkpoints were removed) is refused instead of starting a second series.
 """
 
 from __future__ import annotations
@@ -28,8 +35,12 @@ from tqdm.auto import tqdm
 
 from fastweights.io import JsonlLogger
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from fastweights.train.run_folder import RunFolderError
 
-__all__ = ["LoopSettings", "fit", "numpy_rng_state", "open_run_dir"]
+__all__ = ["LoopSettings", "fit", "numpy_rng_state"]
+
+# what a checkpoint needs to be resumed (an `acl export` slim copy has only the model)
+_RESUME_KEYS = ("model", "optimizer", "scheduler", "step", "elapsed_seconds", "best", "rng", "extra")
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +81,6 @@ def numpy_rng_state(rng: np.random.Generator) -> tuple[Callable[[], Any], Callab
     return (lambda: rng.bit_generator.state), (lambda v: setattr(rng.bit_generator, "state", v))
 
 
-def open_run_dir(run_dir: Path, resume: bool) -> CheckpointManager:
-    """Checkpoint manager of ``run_dir``.
-
-    Raises:
-        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
-    """
-    ckpt = CheckpointManager(Path(run_dir))
-    if ckpt.exists("latest") and not resume:
-        raise FileExistsError(
-            f"run_dir: {run_dir} already holds a run; pass --resume or choose another folder"
-        )
-    return ckpt
-
-
 def fit(
     run_dir: Path,
     *,
@@ -120,14 +117,26 @@ def fit(
     Raises:
         FloatingPointError: if a loss is NaN/Inf (the last checkpoint stays intact).
         KeyError: if ``validate_fn`` does not return ``objective``.
+        RunFolderError: if ``latest.pt`` is damaged or not resumable (e.g. an export), if
+            ``metrics.jsonl`` has records but there is no checkpoint to continue from, or if a
+            checkpoint cannot be written (full disk, read-only folder; the previous one stays intact).
+        ValueError: if ``metrics.jsonl`` is shorter than the checkpoint recorded.
     """
     s = settings
     ckpt = CheckpointManager(Path(run_dir))
+    log_path = Path(run_dir) / "metrics.jsonl"
     extra_state = extra_state or {}
     sign = -1.0 if minimize else 1.0  # ``best`` is stored as sign * objective (higher is better)
     step, elapsed, best = 0, 0.0, -math.inf
+    loss_ema: float | None = None
     last_val: dict[str, Any] = {}
-    state = ckpt.load("latest", map_location=map_location) if resume else None
+    state = _load_resumable(ckpt, map_location) if resume else None
+    keep_bytes = state.get("metrics_bytes") if state is not None else None
+    if state is None and log_path.exists() and log_path.stat().st_size > 0:
+        raise RunFolderError(
+            f"run_dir: {log_path} already has records but there is no checkpoint to continue from "
+            f"({ckpt.path('latest')}); move the folder away or choose another one"
+        )
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -137,6 +146,7 @@ def fit(
         for name, (_, set_state) in extra_state.items():
             set_state(state["extra"][name])
         last_val = state.get("last_val", {})
+        loss_ema = state.get("loss_ema")
         log.info("resumed %s at step %d (%.1f min)", run_dir, step, elapsed / 60)
 
     def save(is_best: bool) -> None:
@@ -151,12 +161,18 @@ def fit(
                 "rng": capture_rng_state(),
                 "extra": {name: get() for name, (get, _) in extra_state.items()},
                 "last_val": last_val,
+                "loss_ema": loss_ema,
+                "metrics_bytes": logger.size,
                 **(metadata or {}),
             },
             is_best=is_best,
         )
 
-    logger = JsonlLogger(Path(run_dir) / "metrics.jsonl")
+    logger = JsonlLogger(log_path, keep_bytes=keep_bytes)
+    if state is None:
+        # a step-0 checkpoint: from now on a log line always has a checkpoint to resume from, so a
+        # log without checkpoint means the checkpoints were removed (refused above), never a kill
+        save(False)
     budget = s.max_minutes * 60 if s.max_minutes > 0 else math.inf
     start = time.monotonic() - elapsed
     bar = tqdm(
@@ -173,7 +189,6 @@ def fit(
 
         # scalars are logged at steps 1, 2, …; a resumed run drops what was logged after its checkpoint
         writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=step + 1 if resume else None)
-    loss_ema = None
     model.train()
     try:
         while step < s.max_steps and time.monotonic() - start < budget:
@@ -233,3 +248,25 @@ def fit(
         if writer is not None:
             writer.close()
     return {"step": step, "minutes": elapsed / 60, **last_val}
+
+
+def _load_resumable(ckpt: CheckpointManager, map_location: Any) -> dict[str, Any] | None:
+    """The latest checkpoint for ``resume`` (``None`` when there is none).
+
+    Raises:
+        RunFolderError: if it is damaged (saying whether ``best.pt`` can stand in) or lacks resume state.
+    """
+    state = ckpt.load(
+        "latest",
+        map_location=map_location,
+        fallback_hint=lambda _, p: f"to resume from it, copy it over {ckpt.path('latest')}",
+    )
+    if state is None:
+        return None
+    missing = [k for k in _RESUME_KEYS if k not in state]
+    if missing:
+        raise RunFolderError(
+            f"checkpoint: {ckpt.path('latest')} cannot be resumed (no {', '.join(missing)}; "
+            "an exported copy holds only the model); train into a new folder instead"
+        )
+    return state

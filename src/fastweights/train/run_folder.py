@@ -1,0 +1,287 @@
+"""Run-folder safety: nothing a user has is ever destroyed.
+
+- :func:`run_lock`: an exclusive lock on a folder for the lifetime of one writer (``train``, ``eval``,
+  ``export``): ``fcntl.flock`` on ``<folder>/.lock``, which holds the writer's PID so a second writer's
+  error names it. Re-entrant within a process; released on exit and on exceptions (and by the OS when
+  the process dies, even under ``kill -9``).
+- :func:`output_folder`: the lock plus :func:`check_output_dir`, the rule that no command writes into
+  a folder holding another run (or into its own source) unless the user passes ``--force``.
+- :func:`locks_run_dir` / :func:`locks_eval_output`: decorators that wrap a recipe's ``train`` /
+  ``evaluate`` in the lock (and, for ``evaluate``, the output rule).
+- :func:`remove_stale_temporaries`: the ``.<name>.*.tmp`` files that killed atomic writes leave behind.
+
+A folder *holds a run* when it has one of :data:`RUN_MARKERS`; the lock file itself is ignored.
+Locking is POSIX-only (``fcntl``); elsewhere :func:`run_lock` does not lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "LOCK_NAME",
+    "RUN_MARKERS",
+    "RunFolderError",
+    "check_output_dir",
+    "folder_contents",
+    "holds_lock",
+    "locks_eval_output",
+    "locks_run_dir",
+    "output_folder",
+    "remove_stale_temporaries",
+    "run_lock",
+]
+
+LOCK_NAME = ".lock"
+RUN_MARKERS = ("config.yaml", "checkpoints", "metrics.jsonl", "results.json")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RunFolderError(ValueError):
+    """A run folder cannot be used as asked: in use by another process, holding another run, damaged
+    checkpoints, unwritable. The message names the folder or file and what to do; the CLI prints it as
+    ``fastweights: error: …``."""
+
+
+def folder_contents(folder: Path) -> tuple[list[str], list[str]]:
+    """``(run markers present, other entries)`` of ``folder`` (both sorted; the lock file is ignored;
+    empty lists for a missing folder)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return [], []
+    names = sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME)
+    markers = [n for n in names if n in RUN_MARKERS]
+    return markers, [n for n in names if n not in RUN_MARKERS]
+
+
+def _same(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _listing(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", … ({len(names)} entries)" if len(names) > limit else "")
+
+
+def _is_eval_output_of(folder: Path, source: Path) -> bool:
+    """Whether ``folder`` holds only an earlier ``eval --out`` of ``source`` (its ``results.json``
+    names ``source`` and it has no config or checkpoints), which a new evaluation may replace."""
+    markers, _ = folder_contents(folder)
+    if "config.yaml" in markers or "checkpoints" in markers or "results.json" not in markers:
+        return False
+    try:
+        recorded = json.loads((folder / "results.json").read_text())["run"]["run_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(recorded, str) and _same(Path(recorded), source)
+
+
+def check_output_dir(out_dir: Path, *, source: Path, force: bool, purpose: Literal["eval", "export"]) -> None:
+    """Refuse to write ``eval --out`` / ``export`` results into ``out_dir`` unless it is new or empty.
+
+    Allowed without ``force``: a missing or empty folder; for ``purpose="eval"`` also ``source``
+    itself (results belong in the run folder) and an earlier evaluation of ``source`` written with
+    ``--out`` (so ``make demo`` can be rerun).
+
+    Raises:
+        RunFolderError: naming ``out_dir`` and what it holds (the source run itself, another run's
+            files, or other files), when ``force`` is False.
+    """
+    out_dir, source = Path(out_dir), Path(source)
+    if force:
+        return
+    if _same(out_dir, source):
+        if purpose == "eval":
+            return
+        raise RunFolderError(
+            f"out_dir: {out_dir} is the source run folder itself; exporting into it would replace its "
+            "checkpoints; choose another folder (or pass --force)"
+        )
+    markers, others = folder_contents(out_dir)
+    if not markers and not others:
+        return
+    if purpose == "eval" and _is_eval_output_of(out_dir, source):
+        return
+    if markers:
+        raise RunFolderError(
+            f"out_dir: {out_dir} already holds a run ({_listing(markers + others)}); choose a new or "
+            "empty folder, or pass --force to overwrite it"
+        )
+    raise RunFolderError(
+        f"out_dir: {out_dir} is not empty ({_listing(others)}); choose a new or empty folder, or pass "
+        "--force to write into it"
+    )
+
+
+@dataclass
+class _Held:
+    fd: int
+    count: int
+    created: bool  # the folder did not exist
+
+
+_HELD: dict[str, _Held] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def holds_lock(folder: Path) -> bool:
+    """Whether this process holds the :func:`run_lock` of ``folder``."""
+    with _HELD_GUARD:
+        return os.path.realpath(folder) in _HELD
+
+
+def _lock_holder(fd: int) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        if text:
+            return f"PID {int(text)}"
+    return "an unknown PID"
+
+
+def _acquire(folder: Path) -> _Held:
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise RunFolderError(f"{folder}: cannot write in this folder ({err.strerror or err})") from None
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+            os.close(fd)
+            raise RunFolderError(
+                f"{folder}: in use by another fastweights process ({holder}, lock file "
+                f"{folder / LOCK_NAME}); wait for it to finish or stop it"
+            ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as err:
+        os.close(fd)
+        raise RunFolderError(f"{folder}: cannot write {LOCK_NAME} ({err.strerror or err})") from None
+    return _Held(fd, 1, created)
+
+
+def _release(folder: Path, held: _Held) -> None:
+    # The lock file is removed while still locked: a writer that opened it before fails to lock it, one
+    # that opens the path afterwards creates a new file, so no lock file outlives its writer.
+    with contextlib.suppress(OSError):
+        (folder / LOCK_NAME).unlink()
+    if fcntl is not None:
+        fcntl.flock(held.fd, fcntl.LOCK_UN)
+    os.close(held.fd)
+    if held.created:  # a folder this writer created and left empty (e.g. a refused config): remove it
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+@contextlib.contextmanager
+def run_lock(folder: Path) -> Iterator[Path]:
+    """Hold the exclusive lock of ``folder`` (created if missing) for the ``with`` block.
+
+    Re-entrant within one process. The lock file exists only while held (a stale one left by an older
+    version is reused); a folder this call created and the block left empty is removed on exit.
+
+    Raises:
+        RunFolderError: if another process holds the lock (naming its PID) or the folder is not
+            writable (read-only, missing permissions).
+    """
+    folder = Path(folder)
+    key = os.path.realpath(folder)
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None:
+            held.count += 1
+    if held is None:
+        held = _acquire(folder)
+        with _HELD_GUARD:
+            _HELD[key] = held
+    try:
+        yield folder
+    finally:
+        with _HELD_GUARD:
+            held.count -= 1
+            last = held.count == 0
+            if last:
+                del _HELD[key]
+        if last:
+            _release(folder, held)
+
+
+@contextlib.contextmanager
+def output_folder(
+    out_dir: Path, *, source: Path, force: bool, purpose: Literal["eval", "export"]
+) -> Iterator[Path]:
+    """:func:`run_lock` of ``out_dir``, then :func:`check_output_dir` under the lock.
+
+    Raises:
+        RunFolderError: from either.
+    """
+    with run_lock(out_dir) as folder:
+        check_output_dir(folder, source=source, force=force, purpose=purpose)
+        yield folder
+
+
+def locks_run_dir(fn: F) -> F:
+    """Decorate a recipe's ``train(cfg, run_dir, …)``: the whole call holds ``run_lock(run_dir)``, so
+    the resume checks, the config/command writes and the training loop see no second writer."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        run_dir = Path(sig.bind(*args, **kwargs).arguments["run_dir"])
+        with run_lock(run_dir):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def locks_eval_output(fn: F) -> F:
+    """Decorate a recipe's ``evaluate(run_dir, *, out_dir=None, force=False, …)``: the call holds the
+    lock of its output folder (``out_dir``, default ``run_dir``), which must pass
+    :func:`check_output_dir` with ``purpose="eval"``."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        run_dir = Path(bound.arguments["run_dir"])
+        out = bound.arguments.get("out_dir")
+        target = Path(out) if out is not None else run_dir
+        with output_folder(target, source=run_dir, force=bool(bound.arguments.get("force")), purpose="eval"):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Delete the ``.<name>.*.tmp`` files of interrupted atomic writes in ``run_dir`` and
+    ``run_dir/checkpoints`` (call it holding the folder's lock); returns what was removed."""
+    removed = []
+    for folder in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for p in folder.glob(".*.tmp"):
+            if p.is_file():
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+                removed.append(p)
+    return removed

@@ -1,0 +1,125 @@
+"""Kill -9 at any instant, then ``--resume``: the same final weights and the same metrics log as an
+uninterrupted run (ACL and few-shot smoke presets on CPU, one thread)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from fastweights.cli import main
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# Runs the CLI with a hook that SIGKILLs the process at the n-th checkpoint file write (before it,
+# in its middle — leaving a partial temporary file — or after it) or right after the n-th log line.
+_KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from fastweights import io
+    from fastweights.cli import main
+    from fastweights.train import checkpoint
+
+    kind, nth = sys.argv[1], int(sys.argv[2])
+    count = {"save": 0, "log": 0}
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    real_save, real_log = checkpoint.atomic_torch_save, io.JsonlLogger.log
+
+    def save(obj, path):
+        count["save"] += 1
+        hit = count["save"] == nth
+        if hit and kind == "before-save":
+            die()
+        if hit and kind == "inside-save":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (path.parent / f".{path.name}.killed.tmp").write_bytes(b"half a checkpoint")
+            die()
+        real_save(obj, path)
+        if hit and kind == "after-save":
+            die()
+
+    def log(self, **record):
+        real_log(self, **record)
+        count["log"] += 1
+        if kind == "after-log" and count["log"] == nth:
+            die()
+
+    checkpoint.atomic_torch_save, io.JsonlLogger.log = save, log
+    sys.exit(main(sys.argv[3:]))
+    """
+)
+
+
+def _args(recipe, run, cache):
+    return [
+        recipe,
+        "train",
+        "--preset",
+        "smoke",
+        "--run-dir",
+        str(run),
+        f"data.cache_dir={cache}",
+        "train.threads=1",
+    ]
+
+
+def _killed(args, kind, nth):
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLER, kind, str(nth), *args], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == -signal.SIGKILL, (kind, nth, proc.returncode, proc.stderr[-2000:])
+
+
+def _log(run):
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "minutes"} for line in lines]
+
+
+def _assert_same_run(ref, run):
+    for which in ("latest", "best"):
+        a = torch.load(ref / "checkpoints" / f"{which}.pt", weights_only=False)
+        b = torch.load(run / "checkpoints" / f"{which}.pt", weights_only=False)
+        assert a["step"] == b["step"] and a["best"] == b["best"], which
+        assert a["model"].keys() == b["model"].keys()
+        for k, v in a["model"].items():
+            assert torch.equal(v, b["model"][k]), (which, k)
+    assert _log(run) == _log(ref)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.pt", "latest.pt"]
+
+
+# Writes of a fresh smoke run (6 steps, validation every 3, checkpoint every 2): step 0 latest (1),
+# step 2 latest (2), step 3 log line (1), best (3), latest (4), step 4 latest (5), step 6 log line (2) …
+# Each kill below is counted from the start of that (resumed) process.
+_CHAINS = {
+    "acl": [
+        ("after-log", 1),  # step-3 line written, its checkpoints not: resumes at 2, the line is redone
+        ("after-save", 1),  # step-3 best.pt written, latest.pt not (between the two writes)
+        ("inside-save", 2),  # killed in the middle of the step-3 latest.pt
+        ("before-save", 3),  # step-4 latest.pt not written: resumes at 3
+        ("after-log", 1),  # step-6 line written, its checkpoints not: resumes at 4
+    ],
+    "fewshot": [("after-save", 3), ("after-log", 1), ("inside-save", 1)],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["acl", "fewshot"])
+def test_kill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path, recipe):
+    cache = tmp_path / "cache"
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(_args(recipe, ref, cache)) == 0
+    for i, (kind, nth) in enumerate(_CHAINS[recipe]):
+        _killed([*_args(recipe, run, cache), *(["--resume"] if i else [])], kind, nth)
+    assert main([*_args(recipe, run, cache), "--resume"]) == 0
+    _assert_same_run(ref, run)
