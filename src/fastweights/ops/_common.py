@@ -13,9 +13,12 @@ def describe(t: object) -> str:
     return type(t).__name__
 
 
-def check_finite(name: str, t: Tensor) -> None:
-    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or Inf."""
-    if not bool(torch.isfinite(t).all()):
+def check_finite(name: str, t: Tensor | None) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or Inf (``None`` is skipped).
+
+    One ``torch.isfinite(t).all()`` per call: the ops check every input once per call, never per step.
+    """
+    if t is not None and not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name}: expected finite values, got NaN or Inf")
 
 
@@ -53,8 +56,7 @@ def check_qkv_state(q: Tensor, k: Tensor, v: Tensor, initial_state: Tensor | Non
         if not initial_state.is_floating_point():
             raise ValueError(f"initial_state: expected a floating-point dtype, got {initial_state.dtype}")
     for name, x in (("q", q), ("k", k), ("v", v), ("initial_state", initial_state)):
-        if x is not None:
-            check_finite(name, x)
+        check_finite(name, x)
 
 
 def initial_kv_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: torch.dtype) -> Tensor:
