@@ -67,11 +67,16 @@ def initial_kv_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: 
     return initial_state.to(dtype)
 
 
+def check_positive_int(name: str, value: object) -> int:
+    """Return ``value`` if it is a positive int (not a bool), else raise ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value
+
+
 def check_chunk_size(chunk_size: object) -> int:
     """Return ``chunk_size`` if it is a positive int, else raise ``ValueError`` naming it."""
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
-    return chunk_size
+    return check_positive_int("chunk_size", chunk_size)
 
 
 def to_chunks(x: Tensor, chunk: int, dtype: torch.dtype) -> Tensor:

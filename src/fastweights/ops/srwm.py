@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastweights.ops._common import check_finite, compute_dtype, describe
+from fastweights.ops._common import check_finite, check_positive_int, compute_dtype, describe
 from fastweights.ops.packing import supports_cu_seqlens
 from fastweights.ops.srwm_autograd import srwm_fast_path
 
@@ -61,8 +61,7 @@ def check_srwm_inputs(
     b, _, h, e = x.shape
     if d_out is None:
         d_out = e
-    if isinstance(d_out, bool) or not isinstance(d_out, int) or d_out < 1:
-        raise ValueError(f"d_out: expected a positive int (width of the y block), got {d_out!r}")
+    check_positive_int("d_out", d_out)
     c = srwm_num_columns(e, d_out)
     if not isinstance(weight, Tensor) or tuple(weight.shape) != (h, e, c):
         raise ValueError(
