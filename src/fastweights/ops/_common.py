@@ -14,11 +14,21 @@ def describe(t: object) -> str:
 
 
 def check_finite(name: str, t: Tensor | None) -> None:
-    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or Inf (``None`` is skipped).
+    """Raise ``ValueError`` naming ``name`` if the float tensor ``t`` holds NaN or Inf (``None`` is
+    skipped).
 
-    One ``torch.isfinite(t).all()`` per call: the ops check every input once per call, never per step.
+    Exact and cheap: a finite sum implies finite entries (every partial sum that contains a NaN or
+    an infinite entry is NaN or infinite), so one reduction (accumulated in float32 for half inputs)
+    decides the usual case; only a sum that overflows or is non-finite pays for the elementwise
+    ``torch.isfinite`` (about 20× slower on CPU). The ops call this once per input and call, never
+    per step.
     """
-    if t is not None and not bool(torch.isfinite(t).all()):
+    if t is None or not t.is_floating_point():
+        return
+    t = t.detach()
+    if bool(torch.isfinite(t.sum(dtype=compute_dtype(t.dtype)))):
+        return
+    if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name}: expected finite values, got NaN or Inf")
 
 
