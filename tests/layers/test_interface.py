@@ -128,12 +128,12 @@ def test_registry_passes_options_to_the_layer():
 
 
 _BAD_SIZES = [
-    (16, 0, "num_heads: expected a positive int, got 0"),
-    (16, -2, "num_heads: expected a positive int, got -2"),
-    (0, 1, "d_model: expected a positive int, got 0"),
-    (0, 2, "d_model: expected a positive int, got 0"),
-    (8.0, 2, "d_model: expected a positive int, got 8.0"),
-    (True, 1, "d_model: expected a positive int, got True"),
+    (16, 0, "num_heads: expected an int >= 1, got 0"),
+    (16, -2, "num_heads: expected an int >= 1, got -2"),
+    (0, 1, "d_model: expected an int >= 1, got 0"),
+    (0, 2, "d_model: expected an int >= 1, got 0"),
+    (8.0, 2, "d_model: expected an int >= 1, got 8.0"),
+    (True, 1, "d_model: expected an int >= 1, got True"),
 ]
 
 

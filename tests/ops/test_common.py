@@ -25,5 +25,5 @@ def test_check_finite_is_exact_when_the_sum_overflows(dtype):
 def test_check_positive_int_names_the_argument():
     assert check_positive_int("n", 3) == 3
     for bad in (0, -1, 2.0, True, "4", None):
-        with pytest.raises(ValueError, match=f"^n: expected a positive int, got {bad!r}$"):
+        with pytest.raises(ValueError, match=f"^n: expected an int >= 1, got {bad!r}$"):
             check_positive_int("n", bad)

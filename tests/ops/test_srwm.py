@@ -390,7 +390,7 @@ def test_wide_y_block_bad_inputs(op):
     with pytest.raises(ValueError, match="initial_state: expected shape"):
         op(x, w, initial_state=s[..., :-1], d_out=10)
     for bad in (0, -1, 2.5, True):
-        with pytest.raises(ValueError, match="d_out: expected a positive int"):
+        with pytest.raises(ValueError, match="d_out: expected an int >= 1"):
             op(x, w, d_out=bad)
 
 

@@ -80,7 +80,7 @@ def initial_kv_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: 
 def check_positive_int(name: str, value: object) -> int:
     """Return ``value`` if it is a positive int (not a bool), else raise ``ValueError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
     return value
 
 
