@@ -139,8 +139,8 @@ def test_conv4_bad_arguments_and_images_raise_value_error_naming_them():
     for kwargs, message in (
         ({"in_channels": 0}, "in_channels: expected an int >= 1, got 0"),
         ({"channels": 0}, "channels: expected an int >= 1, got 0"),
-        ({"image_size": 0}, "image_size: expected a positive multiple of 16, got 0"),
-        ({"image_size": 24}, "image_size: expected a positive multiple of 16, got 24"),
+        ({"image_size": 0}, "image_size: expected an int >= 1, got 0"),
+        ({"image_size": 24}, "image_size: expected a multiple of 16, got 24"),
         ({"norm": "layer"}, "norm: expected 'instance', 'batch' or 'none', got 'layer'"),
     ):
         with pytest.raises(ValueError, match=f"^{message}$"):

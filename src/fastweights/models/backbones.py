@@ -38,8 +38,8 @@ class Conv4(nn.Module):
     ``[N, channels * (S/16)²]`` (``feature_dim``).
 
     Raises:
-        ValueError: unless ``in_channels`` and ``channels`` are positive ints and ``image_size`` a
-            positive multiple of 16, or for an unknown ``norm`` (naming the argument).
+        ValueError: unless ``in_channels``, ``channels`` and ``image_size`` are positive ints and
+            ``image_size`` a multiple of 16, or for an unknown ``norm`` (naming the argument).
     """
 
     def __init__(
@@ -55,13 +55,8 @@ class Conv4(nn.Module):
         super().__init__()
         check_positive_int("in_channels", in_channels)
         check_positive_int("channels", channels)
-        if (
-            isinstance(image_size, bool)
-            or not isinstance(image_size, int)
-            or image_size < 16
-            or image_size % 16
-        ):
-            raise ValueError(f"image_size: expected a positive multiple of 16, got {image_size!r}")
+        if check_positive_int("image_size", image_size) % 16:
+            raise ValueError(f"image_size: expected a multiple of 16, got {image_size}")
         blocks = []
         for i in range(4):
             conv = nn.Conv2d(in_channels if i == 0 else channels, channels, 3, padding=1)
