@@ -125,3 +125,108 @@ def test_registry_passes_options_to_the_layer():
         make_sequence_layer("lstm", D_MODEL, HEADS, rope=True)
     with pytest.raises(ValueError, match="sequence_layer: expected one of"):
         make_sequence_layer("transformer", D_MODEL, HEADS)
+
+
+_BAD_SIZES = [
+    (16, 0, "num_heads: expected an int >= 1, got 0"),
+    (16, -2, "num_heads: expected an int >= 1, got -2"),
+    (0, 1, "d_model: expected an int >= 1, got 0"),
+    (0, 2, "d_model: expected an int >= 1, got 0"),
+    (8.0, 2, "d_model: expected an int >= 1, got 8.0"),
+    (True, 1, "d_model: expected an int >= 1, got True"),
+]
+
+
+@pytest.mark.parametrize(("d_model", "num_heads", "message"), _BAD_SIZES)
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_bad_sizes_raise_value_error_naming_the_argument(name, d_model, num_heads, message):
+    """Every layer (the LSTM too, which ignores ``num_heads``) rejects sizes that are not positive ints."""
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        make_sequence_layer(name, d_model, num_heads)
+
+
+def _entry_points(layer, x, x_read=None):
+    """Every public way of feeding ``x`` to a layer; ``x_read`` (default: a clean copy) for the reads."""
+    clean = torch.zeros_like(x) if x_read is None else x_read
+    return {
+        "forward": lambda: layer(x),
+        "packed forward": lambda: layer(
+            x.reshape(1, -1, x.shape[-1]), cu_seqlens=[0, 3, x.numel() // D_MODEL]
+        ),
+        "read": lambda: layer.read(x),
+        "forward_with_reads": lambda: layer.forward_with_reads(x, clean),
+    }
+
+
+@pytest.mark.parametrize("entry", ["forward", "packed forward", "read", "forward_with_reads"])
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_input_dtype_must_match_the_parameters(name, entry):
+    """A float64 input to a float32 layer is a clear error at every entry point (not torch's "mixed
+    dtype" deep inside); converting the layer fixes it."""
+    layer = _layer(name, torch.float32)
+    x = torch.randn(2, 5, D_MODEL, dtype=F64)
+    message = (
+        r"^x: expected dtype torch.float32 \(the dtype of the layer's parameters\), got torch.float64; "
+        r"convert the layer \(layer.double\(\)\) or the input \(x.float\(\)\)$"
+    )
+    with pytest.raises(ValueError, match=message):
+        _entry_points(layer, x)[entry]()
+    layer.double()
+    _entry_points(layer, x)[entry]()  # runs
+
+
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_half_input_to_a_float32_layer_needs_autocast(name):
+    layer = _layer(name, torch.float32)
+    x = torch.randn(2, 5, D_MODEL).bfloat16()
+    with pytest.raises(ValueError, match=r"x: expected dtype torch.float32 .* or run under torch.autocast$"):
+        layer(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = layer(x)  # the documented mixed-precision path
+    assert out.shape == x.shape and torch.isfinite(out.float()).all()
+    with pytest.raises(ValueError, match=r"x_read: expected dtype torch.float32"):
+        layer.forward_with_reads(x.float(), x)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_bad_read_stream_is_named_x_read(name):
+    layer = _layer(name)
+    x = torch.randn(2, 5, D_MODEL, dtype=F64)
+    bad = x.clone()
+    bad[0, 2, 1] = float("inf")
+    with pytest.raises(ValueError, match="^x_read: expected finite values"):
+        layer.forward_with_reads(x, bad)
+    with pytest.raises(ValueError, match=r"^x_read: expected a tensor of shape \[B, T, 8\]"):
+        layer.forward_with_reads(x, x[..., :-1])
+    with pytest.raises(ValueError, match=r"^x_read: expected shape \[2, 5, 8\] \(same as x\)"):
+        layer.forward_with_reads(x, x[:, :3])
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_empty_sequence_with_reads_keeps_the_state(name, with_state):
+    """``T = 0`` through ``forward_with_reads`` (the generic step loop included): empty outputs and the
+    state unchanged, as ``forward`` gives."""
+    layer = _layer(name)
+    x = torch.randn(2, 3, D_MODEL, dtype=F64)
+    with torch.no_grad():
+        state = layer(x)[1] if with_state else None
+        out, out_read, new_state = layer.forward_with_reads(x[:, :0], x[:, :0], state)
+        _, expected = layer(x[:, :0], state)
+    assert out.shape == out_read.shape == (2, 0, D_MODEL)
+    for a, b in zip(_tensors(new_state), _tensors(expected), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    if with_state:
+        for a, b in zip(_tensors(new_state), _tensors(state), strict=True):
+            torch.testing.assert_close(a, b.to(a.dtype), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_empty_batch_runs_every_entry_point(name):
+    layer = _layer(name)
+    x = torch.randn(0, 4, D_MODEL, dtype=F64)
+    with torch.no_grad():
+        out, _ = layer(x)
+        reads = layer.read(x)
+        out2, out_read, _ = layer.forward_with_reads(x, x)
+    assert out.shape == reads.shape == out2.shape == out_read.shape == (0, 4, D_MODEL)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.models.backbones import Conv4
 from fastweights.models.convert import in_context_from_reference
 from fastweights.models.in_context import InContextClassifier
@@ -132,3 +133,121 @@ def test_online_predictions_equal_queries_from_intermediate_states():
     generic = SequenceLayer.forward_with_reads(layer, h, h_read)
     for a, b in zip(fused, generic, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_conv4_bad_arguments_and_images_raise_value_error_naming_them():
+    for kwargs, message in (
+        ({"in_channels": 0}, "in_channels: expected an int >= 1, got 0"),
+        ({"channels": 0}, "channels: expected an int >= 1, got 0"),
+        ({"image_size": 0}, "image_size: expected an int >= 1, got 0"),
+        ({"image_size": 24}, "image_size: expected a multiple of 16, got 24"),
+        ({"norm": "layer"}, "norm: expected 'instance', 'batch' or 'none', got 'layer'"),
+    ):
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            Conv4(**kwargs)
+    net = Conv4(3, 8, image_size=16)
+    shape = (
+        r"images: expected shape \[N, in_channels, S, S\] = \[N, 3, 16, 16\] \(in_channels=3, image_size=16\)"
+    )
+    for images in (torch.randn(2, 1, 16, 16), torch.randn(2, 3, 32, 32), torch.randn(3, 16, 16), [0.0]):
+        with pytest.raises(ValueError, match=f"^{shape}, got "):
+            net(images)
+    with pytest.raises(ValueError, match="^images: expected a floating-point dtype, got torch.uint8"):
+        net(torch.zeros(2, 3, 16, 16, dtype=torch.uint8))
+    with pytest.raises(
+        ValueError, match=r"^images: expected dtype torch.float32 \(the dtype of the backbone's"
+    ):
+        net(torch.randn(2, 3, 16, 16, dtype=torch.float64))
+    bad = torch.randn(2, 3, 16, 16)
+    bad[1, 2, 3, 4] = float("nan")
+    with pytest.raises(ValueError, match="^images: expected finite values"):
+        net(bad)
+
+
+@pytest.mark.parametrize("norm", ["instance", "batch", "none"])
+def test_conv4_empty_batch_gives_empty_features(norm):
+    net = Conv4(1, 8, image_size=16, norm=norm)
+    out = net(torch.randn(0, 1, 16, 16))
+    assert out.shape == (0, net.feature_dim) and out.dtype == torch.float32
+
+
+def test_model_state_of_the_wrong_length_or_type_names_state():
+    model = _tiny_model().double().eval()
+    x = torch.randn(2, 3, 1, 16, 16, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 3))
+    _, state = model(x, y)
+    message = r"^state: expected None or a tuple of 2 per-layer states \(one per sequence layer"
+    for bad, got in (
+        (state[:1], "a tuple of length 1"),
+        (state * 2, "a tuple of length 4"),
+        (state[0], "tensor"),
+    ):
+        with pytest.raises(ValueError, match=f"{message}.*got {got}"):
+            model(x, y, bad)
+        with pytest.raises(ValueError, match=message):
+            model.query(x, bad)
+        with pytest.raises(ValueError, match=message):
+            model.forward_features_online(model.embed(x), y, bad)
+    logits, _ = model(x, y, list(state))  # a list of the right length is accepted
+    assert logits.shape == (2, 3, 3)
+
+
+def test_model_input_dtype_and_feature_errors():
+    model = _tiny_model()
+    x = torch.randn(2, 3, 1, 16, 16, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 3))
+    message = (
+        r"^images: expected dtype torch.float32 \(the dtype of the model's parameters\), got torch.float64"
+    )
+    with pytest.raises(ValueError, match=message + r"; convert the model \(model.double\(\)\)"):
+        model(x, y)
+    with pytest.raises(ValueError, match=message):
+        model.query(x)
+    feats = model.embed(x.float())
+    with pytest.raises(ValueError, match=r"^features: expected dtype torch.float32"):
+        model.forward_features(feats.double(), y)
+    with pytest.raises(ValueError, match=r"^features: expected a tensor of shape \[B, T, 8\]"):
+        model.query_features(feats[..., :-1])
+    with pytest.raises(ValueError, match="^labels: expected an integer tensor of shape"):
+        model.forward_features(feats, [0, 1, 2])
+    assert model.double()(x, y)[0].dtype == torch.float64
+
+
+def _states_equal(a, b):
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b.to(a.dtype), rtol=0, atol=0)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _states_equal(a[k], b[k])
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b, strict=True):
+            _states_equal(u, v)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_empty_sequences_and_batches_give_empty_logits_and_keep_the_state(name):
+    """``T = 0`` / ``B = 0`` through forward, query and the online path, as the layers handle ``T = 0``."""
+    model = _tiny_model(sequence_layer=name).double().eval()
+    x = torch.randn(2, 4, 1, 16, 16, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 4))
+    with torch.no_grad():
+        _, state = model(x, y)
+        empty = torch.zeros(2, 0, 12, dtype=torch.float64)
+        initial = tuple(layer(empty)[1] for layer in model.seq_layers)  # each layer's own T = 0 state
+        for s in (None, state):
+            logits, new_state = model(x[:, :0], y[:, :0], s)
+            assert logits.shape == (2, 0, 3)
+            _states_equal(new_state, initial if s is None else s)
+            assert model.query(x[:, :0], s).shape == (2, 0, 3)
+            logits, online, new_state = model.forward_features_online(model.embed(x[:, :0]), y[:, :0], s)
+            assert logits.shape == online.shape == (2, 0, 3)
+            _states_equal(new_state, initial if s is None else s)
+        logits, _ = model(x[:0], y[:0])
+        assert logits.shape == (0, 4, 3)
+        assert model.query(x[:0]).shape == (0, 4, 3)
+        logits, online, _ = model.forward_features_online(model.embed(x[:0]), y[:0])
+        assert logits.shape == online.shape == (0, 4, 3)

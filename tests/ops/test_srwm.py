@@ -156,6 +156,38 @@ def test_bad_inputs_raise_value_error_naming_argument(op):
         op(x.long(), w)
 
 
+def _call_srwm_op(name, x, w, s, x_read):
+    from fastweights.ops.srwm import srwm_with_reads
+
+    if name == "srwm_read":
+        return srwm_read(x, w, state=s)
+    if name == "srwm_with_reads":
+        return srwm_with_reads(x, x_read, w, initial_state=s)
+    return {"srwm": srwm, "srwm_reference": srwm_reference}[name](x, w, initial_state=s)
+
+
+_OP_ARGUMENTS = [
+    (name, argument)
+    for name in ("srwm", "srwm_reference", "srwm_read", "srwm_with_reads")
+    for argument in ("x", "weight", "initial_state") + (("x_read",) if name == "srwm_with_reads" else ())
+]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize(("name", "argument"), _OP_ARGUMENTS)
+def test_non_finite_inputs_raise_value_error_naming_the_argument(name, argument, value):
+    """``srwm_read`` reports its ``state`` as ``initial_state``, as for its other state errors."""
+    x, w, s = _random_case(state=True)
+    args = {"x": x, "weight": w, "initial_state": s, "x_read": torch.randn_like(x)}
+    args[argument] = args[argument].clone()
+    args[argument].view(-1)[7] = value
+    with pytest.raises(ValueError, match=rf"^{argument}: expected finite values, got NaN or Inf$"):
+        _call_srwm_op(name, args["x"], args["weight"], args["initial_state"], args["x_read"])
+    clean = _call_srwm_op(name, x, w, s, torch.randn_like(x))  # the same call with finite inputs runs
+    outputs = clean if isinstance(clean, tuple) else (clean,)
+    assert all(bool(torch.isfinite(t).all()) for t in outputs if t is not None)
+
+
 @pytest.mark.parametrize("with_state", [False, True])
 def test_with_reads_equals_reads_of_intermediate_states(with_state):
     from fastweights.ops.srwm import srwm_with_reads
@@ -358,7 +390,7 @@ def test_wide_y_block_bad_inputs(op):
     with pytest.raises(ValueError, match="initial_state: expected shape"):
         op(x, w, initial_state=s[..., :-1], d_out=10)
     for bad in (0, -1, 2.5, True):
-        with pytest.raises(ValueError, match="d_out: expected a positive int"):
+        with pytest.raises(ValueError, match="d_out: expected an int >= 1"):
             op(x, w, d_out=bad)
 
 

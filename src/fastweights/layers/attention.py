@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.base import SequenceLayer, check_heads
 from fastweights.layers.rotary import apply_rotary, rotary_tables
+from fastweights.ops._common import check_positive_int
 from fastweights.ops.linear_attention import linear_attention
 
 __all__ = ["LinearAttentionLayer", "SoftmaxAttentionLayer"]
@@ -47,13 +48,6 @@ def _check_pair(state: object, shapes: tuple[tuple[int | None, ...], ...], expec
         raise ValueError(f"state: expected {expected}, got {_describe(state)}")
 
 
-def _check_reads(x: Tensor, x_read: Tensor, d_model: int) -> None:
-    check_layer_input(x, d_model)
-    check_layer_input(x_read, d_model)
-    if x_read.shape != x.shape:
-        raise ValueError(f"x_read: expected shape {list(x.shape)} (same as x), got {list(x_read.shape)}")
-
-
 class LinearAttentionLayer(SequenceLayer):
     """Causal linear attention sublayer, pre-LN residual: ``out = x + Dropout(out_linear(o))``.
 
@@ -80,17 +74,17 @@ class LinearAttentionLayer(SequenceLayer):
         eps: added to the normaliser ``q_t . z_t``.
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``num_heads``.
+        ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
+            ``d_model`` (naming the argument), or for a non-positive ``chunk_size``.
     """
 
     def __init__(
         self, d_model: int, num_heads: int, *, dropout: float = 0.0, chunk_size: int = 64, eps: float = 1e-6
     ) -> None:
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
-            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
-        self.chunk_size, self.eps = chunk_size, eps
+        self.head_dim = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
+        self.chunk_size, self.eps = check_positive_int("chunk_size", chunk_size), eps
         self.layer_norm = nn.LayerNorm(d_model)
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
         self.k_proj = nn.Linear(d_model, d_model, bias=False)
@@ -140,7 +134,6 @@ class LinearAttentionLayer(SequenceLayer):
         self, x: Tensor, state: LinearAttentionState | None = None
     ) -> tuple[Tensor, LinearAttentionState]:
         """``x [B, T, D]`` → ``(out [B, T, D], (S [B, H, E, E], z [B, H, E]))``."""
-        check_layer_input(x, self.d_model)
         self._check_state(x, state)
         return self._forward(x, *self.projections(x), state)
 
@@ -161,7 +154,7 @@ class LinearAttentionLayer(SequenceLayer):
     def read(self, x: Tensor, state: LinearAttentionState | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]`` from ``state``, each after its own (discarded)
         update: ``(q S + (q . k) v) / (q . z + q . k + eps)``."""
-        check_layer_input(x, self.d_model)
+        self.check_input(x)
         self._check_state(x, state)
         q, k, v = self.projections(x)
         dtype = _state_dtype(q.dtype)
@@ -179,7 +172,7 @@ class LinearAttentionLayer(SequenceLayer):
         """Exact closed form of :meth:`SequenceLayer.forward_with_reads`: the read at step ``t`` sees
         the keys/values of ``x[:, :t]`` (a linear attention over the stream shifted by one step) plus
         its own key/value."""
-        _check_reads(x, x_read, self.d_model)
+        self.check_reads(x, x_read)
         self._check_state(x, state)
         q, k, v = self.projections(x)
         out, new_state = self._forward(x, q, k, v, state)
@@ -224,8 +217,9 @@ class SoftmaxAttentionLayer(SequenceLayer):
         rope_theta: RoPE base (Llama: 10000).
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``num_heads``, or with ``rope=True`` if the head
-            dim ``E`` is odd or ``rope_theta`` is not positive.
+        ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
+            ``d_model`` (naming the argument), or with ``rope=True`` if the head dim ``E`` is odd or
+            ``rope_theta`` is not positive.
     """
 
     def __init__(
@@ -238,9 +232,8 @@ class SoftmaxAttentionLayer(SequenceLayer):
         rope_theta: float = 10000.0,
     ) -> None:
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
-            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.head_dim = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
         if rope and self.head_dim % 2:
             raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
         if rope and not rope_theta > 0:
@@ -301,7 +294,6 @@ class SoftmaxAttentionLayer(SequenceLayer):
 
     def forward_unpacked(self, x: Tensor, state: KVCache | None = None) -> tuple[Tensor, KVCache]:
         """``x [B, T, D]`` → ``(out [B, T, D], (K, V) [B, H, T_past + T, E])``."""
-        check_layer_input(x, self.d_model)
         q, k, v = self.projections(x)
         k_past, v_past = self._cache(x, state, k)
         tp, t = k_past.shape[2], x.shape[1]
@@ -318,7 +310,7 @@ class SoftmaxAttentionLayer(SequenceLayer):
     def read(self, x: Tensor, state: KVCache | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]``: query ``i`` attends to the cache and to its own key
         (with RoPE, each read query/key sits at position ``T_past``)."""
-        check_layer_input(x, self.d_model)
+        self.check_input(x)
         q, k, v = self.projections(x)
         k_past, v_past = self._cache(x, state, k)
         tp, nq = k_past.shape[2], x.shape[1]
@@ -335,7 +327,7 @@ class SoftmaxAttentionLayer(SequenceLayer):
     ) -> tuple[Tensor, Tensor, KVCache]:
         """One masked attention call over ``[x; x_read]``: stream query ``i`` sees the cache and
         ``x[:, :i+1]``; read ``i`` sees the cache, ``x[:, :i]`` and its own key."""
-        _check_reads(x, x_read, self.d_model)
+        self.check_reads(x, x_read)
         q, k, v = self.projections(x)
         qr, kr, vr = self.projections(x_read)
         k_past, v_past = self._cache(x, state, k)

@@ -7,20 +7,65 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastweights.ops._common import check_finite
+from fastweights.ops._common import check_finite, check_positive_int
 from fastweights.ops.packing import run_packed
 
-__all__ = ["SequenceLayer", "check_layer_input"]
+__all__ = ["SequenceLayer", "check_heads", "check_input_dtype", "check_layer_input"]
+
+# the method that converts a module or tensor to a dtype (named in the dtype error's hint)
+_CONVERT = {
+    torch.float64: "double",
+    torch.float32: "float",
+    torch.float16: "half",
+    torch.bfloat16: "bfloat16",
+}
 
 
-def check_layer_input(x: Tensor, d_model: int) -> None:
-    """Raise ``ValueError`` (naming ``x``) unless ``x`` is a finite float tensor ``[B, T, d_model]``."""
+def check_heads(d_model: object, num_heads: object) -> int:
+    """Validate a layer's ``d_model`` and ``num_heads`` and return the head dim ``E = d_model / num_heads``.
+
+    Raises:
+        ValueError: naming ``d_model`` or ``num_heads`` unless both are positive ints and ``num_heads``
+            divides ``d_model``.
+    """
+    d = check_positive_int("d_model", d_model)
+    h = check_positive_int("num_heads", num_heads)
+    if d % h:
+        raise ValueError(f"d_model: expected a multiple of num_heads={h}, got {d}")
+    return d // h
+
+
+def check_layer_input(x: Tensor, d_model: int, name: str = "x") -> None:
+    """Raise ``ValueError`` (naming ``name``) unless ``x`` is a finite float tensor ``[B, T, d_model]``."""
     if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
         got = f"shape {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"x: expected a tensor of shape [B, T, {d_model}], got {got}")
+        raise ValueError(f"{name}: expected a tensor of shape [B, T, {d_model}], got {got}")
     if not x.is_floating_point():
-        raise ValueError(f"x: expected a floating-point dtype, got {x.dtype}")
-    check_finite("x", x)
+        raise ValueError(f"{name}: expected a floating-point dtype, got {x.dtype}")
+    check_finite(name, x)
+
+
+def check_input_dtype(name: str, x: Tensor, module: nn.Module, what: str = "layer") -> None:
+    """Raise ``ValueError`` unless the float tensor ``x`` has the dtype of ``module``'s parameters.
+
+    Under ``torch.autocast`` (for ``x``'s device) any float dtype is accepted: autocast runs each op in
+    its own dtype and the layers compute half-precision recurrences in float32 (see :mod:`fastweights.ops`).
+    Outside autocast a mismatch would otherwise surface as torch's "mixed dtype" error deep inside the
+    layer. A module without floating-point parameters accepts any dtype.
+
+    Raises:
+        ValueError: naming ``name``, its dtype and the parameters' dtype, with the conversions that fix it.
+    """
+    p = next((p for p in module.parameters() if p.is_floating_point()), None)
+    if p is None or x.dtype == p.dtype or torch.is_autocast_enabled(x.device.type):
+        return
+    to_x = f"{what}.{_CONVERT[x.dtype]}()" if x.dtype in _CONVERT else f"{what}.to({x.dtype})"
+    to_p = f"{name}.{_CONVERT[p.dtype]}()" if p.dtype in _CONVERT else f"{name}.to({p.dtype})"
+    amp = ", or run under torch.autocast" if x.dtype in (torch.float16, torch.bfloat16) else ""
+    raise ValueError(
+        f"{name}: expected dtype {p.dtype} (the dtype of the {what}'s parameters), got {x.dtype}; "
+        f"convert the {what} ({to_x}) or the input ({to_p}){amp}"
+    )
 
 
 class SequenceLayer(nn.Module):
@@ -28,15 +73,29 @@ class SequenceLayer(nn.Module):
 
     ``out, state = layer(x [B, T, d_model], state=None)``: ``state=None`` starts from the slow
     weights; the returned state continues the sequence exactly (one call over a concatenation equals
-    two calls with the state carried). Subclasses implement :meth:`forward_unpacked`; packing of
-    variable-length sequences (``cu_seqlens``) is handled here for every layer.
+    two calls with the state carried). Subclasses implement :meth:`forward_unpacked`; validation of
+    ``x`` and packing of variable-length sequences (``cu_seqlens``) are handled here for every layer.
     """
 
     d_model: int
     state_batch_dim: int = 0  # the batch dimension of the state's tensors
 
+    def check_input(self, x: Tensor, name: str = "x") -> None:
+        """Validate an input of this layer: a finite float tensor ``[B, T, d_model]`` in the dtype of
+        the layer's parameters (any float dtype under ``torch.autocast``).
+
+        Raises:
+            ValueError: naming ``name`` (see :func:`check_layer_input` and :func:`check_input_dtype`).
+        """
+        check_layer_input(x, self.d_model, name)
+        check_input_dtype(name, x, self)
+
     def forward(self, x: Tensor, state: Any = None, *, cu_seqlens: Any = None) -> tuple[Tensor, Any]:
         """``x [B, T, d_model]`` → ``(out [B, T, d_model], final state)``.
+
+        ``x`` must be finite and in the dtype of the layer's parameters (convert the layer, e.g.
+        ``layer.double()``, or run under ``torch.autocast``); ``B = 0`` and ``T = 0`` are allowed
+        (``T = 0`` returns an empty output and the state unchanged, or the initial state).
 
         With ``cu_seqlens`` (``[N + 1]`` int offsets, see :mod:`fastweights.ops.packing`), ``x`` is
         ``[1, total, d_model]`` holding ``N`` sequences back to back: each starts from its own row of
@@ -45,11 +104,12 @@ class SequenceLayer(nn.Module):
         they cannot be batched, e.g. KV caches of different lengths).
 
         Raises:
-            ValueError: for a bad ``x``, ``state`` or ``cu_seqlens`` (naming the argument).
+            ValueError: for a bad ``x`` (shape, dtype, NaN/Inf; see :meth:`check_input`), ``state`` or
+                ``cu_seqlens`` (naming the argument).
         """
+        self.check_input(x)
         if cu_seqlens is None:
             return self.forward_unpacked(x, state)
-        check_layer_input(x, self.d_model)
         return run_packed(
             lambda seg, s: self.forward_unpacked(seg[0], s),
             [x],
@@ -59,7 +119,8 @@ class SequenceLayer(nn.Module):
         )
 
     def forward_unpacked(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:  # pragma: no cover
-        """The layer's recurrence on an unpacked batch ``x [B, T, d_model]`` (see :meth:`forward`)."""
+        """The layer's recurrence on an unpacked batch ``x [B, T, d_model]`` already validated by
+        :meth:`forward` (see there); validates ``state``."""
         raise NotImplementedError
 
     def read(self, x: Tensor, state: Any = None) -> Tensor:
@@ -69,12 +130,26 @@ class SequenceLayer(nn.Module):
         This is how ACL queries are evaluated (each query is a length-1 call whose updated state is
         discarded). The default expands the state over the ``Q`` queries; layers whose output does not
         depend on their own update (SRWM) override it with a cheaper exact form.
+
+        Raises:
+            ValueError: for a bad ``x`` (as for :meth:`forward`) or ``state``.
         """
-        check_layer_input(x, self.d_model)
+        self.check_input(x)
         b, q, d = x.shape
         expanded = self.repeat_state(state, q) if state is not None else None
         out, _ = self(x.reshape(b * q, 1, d), expanded)
         return out.reshape(b, q, d)
+
+    def check_reads(self, x: Tensor, x_read: Tensor) -> None:
+        """Validate the inputs of :meth:`forward_with_reads` (both as for :meth:`forward`, same shape).
+
+        Raises:
+            ValueError: naming ``x`` or ``x_read``.
+        """
+        self.check_input(x)
+        self.check_input(x_read, "x_read")
+        if x_read.shape != x.shape:
+            raise ValueError(f"x_read: expected shape {list(x.shape)} (same as x), got {list(x_read.shape)}")
 
     def forward_with_reads(self, x: Tensor, x_read: Tensor, state: Any = None) -> tuple[Tensor, Tensor, Any]:
         """``forward`` over ``x`` plus, at every step ``t``, an independent one-step read of
@@ -82,11 +157,14 @@ class SequenceLayer(nn.Module):
 
         Returns ``(out [B, T, d_model], out_read [B, T, d_model], final state)``. The default runs the
         sequence one step at a time; layers with a cheaper exact form (SRWM) override it.
+
+        Raises:
+            ValueError: for a bad ``x``, ``x_read`` (see :meth:`check_reads`) or ``state``.
         """
-        check_layer_input(x, self.d_model)
-        check_layer_input(x_read, self.d_model)
-        if x_read.shape != x.shape:
-            raise ValueError(f"x_read: expected shape {list(x.shape)} (same as x), got {list(x_read.shape)}")
+        self.check_reads(x, x_read)
+        if x.shape[1] == 0:  # no step: empty outputs and the state unchanged (or the initial state)
+            out, new_state = self(x, state)
+            return out, self.read(x_read, state), new_state
         outs, reads = [], []
         for t in range(x.shape[1]):
             reads.append(self.read(x_read[:, t : t + 1], state))

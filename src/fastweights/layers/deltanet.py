@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.ops._common import check_positive_int
 from fastweights.ops.delta_rule import delta_rule
 
 __all__ = ["DeltaNetLayer", "deltanet_layer_from_reference"]
@@ -54,14 +55,15 @@ class DeltaNetLayer(SequenceLayer):
         chunk_size: chunk length of the chunkwise-parallel delta rule.
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``num_heads``.
+        ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
+            ``d_model`` (naming the argument), or for a non-positive ``chunk_size``.
     """
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, chunk_size: int = 64) -> None:
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
-            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.head_dim = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
+        check_positive_int("chunk_size", chunk_size)
         self.chunk_size = chunk_size
         self.slow_net = nn.Linear(d_model, num_heads * (3 * self.head_dim + 1), bias=False)
         self.layer_norm = nn.LayerNorm(d_model)
@@ -82,7 +84,6 @@ class DeltaNetLayer(SequenceLayer):
 
     def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, E])``."""
-        check_layer_input(x, self.d_model)
         q, k, v, beta = self.projections(x)
         o, new_state = delta_rule(
             q, k, v, beta, initial_state=state, output_final_state=True, chunk_size=self.chunk_size

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.base import SequenceLayer
+from fastweights.ops._common import check_positive_int
 
 __all__ = ["LSTMLayer"]
 
@@ -29,16 +30,20 @@ class LSTMLayer(SequenceLayer):
 
     Args:
         d_model: model width ``D`` (input and hidden size).
-        num_heads: ignored; accepted so every sequence layer has the signature
-            ``(d_model, num_heads, *, dropout)``.
+        num_heads: ignored (but, as for every layer, a positive int); accepted so every sequence layer
+            has the signature ``(d_model, num_heads, *, dropout)``.
         dropout: dropout on the LSTM output.
+
+    Raises:
+        ValueError: unless ``d_model`` and ``num_heads`` are positive ints (naming the argument).
     """
 
     state_batch_dim = 1  # nn.LSTM keeps (h, c) as [num_layers=1, B, D]
 
     def __init__(self, d_model: int, num_heads: int = 1, *, dropout: float = 0.0) -> None:
         super().__init__()
-        self.d_model = d_model
+        self.d_model = check_positive_int("d_model", d_model)
+        check_positive_int("num_heads", num_heads)
         self.layer_norm = nn.LayerNorm(d_model)
         self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
         self.dropout = nn.Dropout(dropout)
@@ -60,7 +65,6 @@ class LSTMLayer(SequenceLayer):
 
     def forward_unpacked(self, x: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
         """``x [B, T, D]`` → ``(out [B, T, D], (h, c) each [1, B, D])``."""
-        check_layer_input(x, self.d_model)
         self._check_state(x, state)
         a = self.layer_norm(x)
         dtype = torch.promote_types(a.dtype, torch.float32)

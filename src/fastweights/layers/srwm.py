@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.base import SequenceLayer, check_heads
 from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_with_reads
 
 __all__ = ["SRWMLayer", "pack_srwm_blocks"]
@@ -37,7 +37,8 @@ class SRWMLayer(SequenceLayer):
         beta_init: mean of the learning-rate block's initial weights (0 in the scripts).
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``num_heads`` or ``init`` is unknown.
+        ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
+            ``d_model`` (naming the argument), or if ``init`` is unknown.
     """
 
     def __init__(
@@ -51,11 +52,10 @@ class SRWMLayer(SequenceLayer):
         beta_init: float = 0.0,
     ) -> None:
         super().__init__()
-        if d_model % num_heads != 0:
-            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
+        self.head_dim = check_heads(d_model, num_heads)
         if init not in ("acl", "modern"):
             raise ValueError(f"init: expected 'acl' or 'modern', got {init!r}")
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.d_model, self.num_heads = d_model, num_heads
         self.use_input_softmax = use_input_softmax
         e = self.head_dim
         self.weight = nn.Parameter(torch.empty(num_heads, e, srwm_num_columns(e)))
@@ -86,7 +86,6 @@ class SRWMLayer(SequenceLayer):
 
     def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, 3E+4])``."""
-        check_layer_input(x, self.d_model)
         y, new_state = srwm(
             self._heads(x), self.weight.to(x.dtype), initial_state=state, output_final_state=True
         )
@@ -94,7 +93,7 @@ class SRWMLayer(SequenceLayer):
 
     def read(self, x: Tensor, state: Tensor | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]`` from ``state`` (exact; see ``ops.srwm_read``)."""
-        check_layer_input(x, self.d_model)
+        self.check_input(x)
         y = srwm_read(self._heads(x), self.weight.to(x.dtype), state=state)
         return self._output(x, y)
 
@@ -102,8 +101,7 @@ class SRWMLayer(SequenceLayer):
         self, x: Tensor, x_read: Tensor, state: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Exact fused form of :meth:`SequenceLayer.forward_with_reads` (``ops.srwm_with_reads``)."""
-        check_layer_input(x, self.d_model)
-        check_layer_input(x_read, self.d_model)
+        self.check_reads(x, x_read)
         y, y_read, new_state = srwm_with_reads(
             self._heads(x), self._heads(x_read), self.weight.to(x.dtype), initial_state=state
         )

@@ -13,9 +13,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from fastweights.layers.base import SequenceLayer, check_layer_input
+from fastweights.layers.base import SequenceLayer, check_heads
 from fastweights.layers.conv import causal_depthwise_conv
 from fastweights.layers.rotary import apply_rotary, rotary_tables
+from fastweights.ops._common import check_positive_int
 from fastweights.ops.ttt import ttt_linear, ttt_mlp
 
 __all__ = ["TTTLinearLayer", "TTTMLPLayer", "rope_tables"]
@@ -48,13 +49,12 @@ class _TTTBase(SequenceLayer):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
-            raise ValueError(f"d_model: expected a multiple of num_heads={num_heads}, got {d_model}")
-        if (d_model // num_heads) % 2:
-            raise ValueError(f"d_model: expected an even head dim for RoPE, got {d_model // num_heads}")
-        if mini_batch_size < 1:
-            raise ValueError(f"mini_batch_size: expected >= 1, got {mini_batch_size}")
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.head_dim = check_heads(d_model, num_heads)
+        if self.head_dim % 2:
+            raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
+        check_positive_int("mini_batch_size", mini_batch_size)
+        check_positive_int("conv_kernel", conv_kernel)
+        self.d_model, self.num_heads = d_model, num_heads
         self.mini_batch_size, self.ttt_base_lr, self.rope_theta = mini_batch_size, ttt_base_lr, rope_theta
         self.share_qk, self.use_gate, self.conv_kernel, self.residual = (
             share_qk,
@@ -133,9 +133,8 @@ class _TTTBase(SequenceLayer):
         one token at a time) gives the outputs of one call over the whole sequence.
 
         Raises:
-            ValueError: if ``x`` is not ``[B, T, d_model]`` or ``state`` is malformed.
+            ValueError: if ``state`` is malformed (``x`` is validated by :meth:`forward`).
         """
-        check_layer_input(x, self.d_model)
         if state is not None and not isinstance(state, dict):
             raise ValueError(
                 f"state: expected None or a dict returned by this layer, got {type(state).__name__}"
@@ -211,7 +210,9 @@ _LAYER_DOC = """
         dropout: dropout on the residual branch (only with ``residual=True``).
 
     Raises:
-        ValueError: on an invalid size.
+        ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
+            ``d_model`` into an even head dim, and ``mini_batch_size`` and ``conv_kernel`` are positive
+            ints (naming the argument).
 """
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from fastweights.layers.base import check_input_dtype
+from fastweights.ops._common import check_finite, check_positive_int, describe
+
 __all__ = ["Conv4"]
 
 
@@ -31,7 +34,12 @@ class Conv4(nn.Module):
         norm: ``"instance"`` (default), ``"batch"`` or ``"none"``.
         dropout: dropout rate after each pool (the reference's ``vision_dropout``).
 
-    Input ``[N, in_channels, S, S]`` float; output ``[N, channels * (S/16)²]`` (``feature_dim``).
+    Input ``[N, in_channels, S, S]`` float in the dtype of the parameters (``N = 0`` allowed); output
+    ``[N, channels * (S/16)²]`` (``feature_dim``).
+
+    Raises:
+        ValueError: unless ``in_channels``, ``channels`` and ``image_size`` are positive ints and
+            ``image_size`` a multiple of 16, or for an unknown ``norm`` (naming the argument).
     """
 
     def __init__(
@@ -45,7 +53,9 @@ class Conv4(nn.Module):
         pool_before_norm: bool = False,
     ) -> None:
         super().__init__()
-        if image_size % 16 != 0:
+        check_positive_int("in_channels", in_channels)
+        check_positive_int("channels", channels)
+        if check_positive_int("image_size", image_size) % 16:
             raise ValueError(f"image_size: expected a multiple of 16, got {image_size}")
         blocks = []
         for i in range(4):
@@ -58,9 +68,25 @@ class Conv4(nn.Module):
         self.feature_dim = channels * (image_size // 16) ** 2
 
     def forward(self, images: Tensor) -> Tensor:
-        if images.dim() != 4 or images.shape[1:] != (self.in_channels, self.image_size, self.image_size):
+        """``images [N, in_channels, S, S]`` → features ``[N, feature_dim]`` (``N = 0`` gives ``[0, F]``).
+
+        Raises:
+            ValueError: naming ``images`` unless it is a finite float tensor of that shape in the
+                parameters' dtype (uint8 pixels are converted by ``cl.objective.to_model_images``).
+        """
+        expected = (self.in_channels, self.image_size, self.image_size)
+        if not isinstance(images, Tensor) or images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(
-                f"images: expected shape [N, {self.in_channels}, {self.image_size}, {self.image_size}], "
-                f"got {list(images.shape)}"
+                f"images: expected shape [N, in_channels, S, S] = [N, {', '.join(map(str, expected))}] "
+                f"(in_channels={self.in_channels}, image_size={self.image_size}), got {describe(images)}"
             )
+        if not images.is_floating_point():
+            raise ValueError(
+                f"images: expected a floating-point dtype, got {images.dtype} (convert uint8 pixels with "
+                "fastweights.cl.objective.to_model_images)"
+            )
+        check_input_dtype("images", images, self, "backbone")
+        check_finite("images", images)
+        if images.shape[0] == 0:  # the norms reject empty batches
+            return images.new_zeros(0, self.feature_dim)
         return self.blocks(images).flatten(1)

@@ -14,6 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.layers import FeedForward, make_sequence_layer
+from fastweights.layers.base import check_input_dtype, check_layer_input
+from fastweights.ops._common import describe
 
 __all__ = ["InContextClassifier"]
 
@@ -24,13 +26,19 @@ class InContextClassifier(nn.Module):
     """Stateful in-context learner over (image, label) sequences.
 
     Args:
-        backbone: module mapping ``[N, C, S, S]`` images to ``[N, F]`` features; must expose
-            ``feature_dim``.
+        backbone: module mapping ``[N, C, S, S]`` images to ``[N, F]`` features (also for ``N = 0``,
+            as :class:`~fastweights.models.backbones.Conv4` does); must expose ``feature_dim``.
         num_classes: number of output classes ``N``; labels are in ``0..N-1`` and ``N`` = unknown.
         d_model, num_layers, num_heads, d_ff, dropout: the sequence part (ACL: 256, 2, 16, 512, 0.1).
         sequence_layer: name accepted by ``fastweights.layers.make_sequence_layer`` (default "srwm").
 
-    Call ``logits, state = model(images [B, T, C, S, S], labels [B, T] int64, state=None)``.
+    Call ``logits, state = model(images [B, T, C, S, S], labels [B, T] int64, state=None)``. The
+    state is a tuple with one entry per sequence layer (``num_layers``); ``None`` starts from the slow
+    weights. ``T = 0`` (or ``B = 0``) gives empty logits ``[B, 0, N]`` and the state unchanged (the
+    initial state when ``state`` is None), as the sequence layers do.
+
+    Raises:
+        ValueError: for ``num_classes < 2`` or a bad layer size (see ``make_sequence_layer``).
     """
 
     def __init__(
@@ -63,15 +71,45 @@ class InContextClassifier(nn.Module):
         return self.num_classes
 
     def embed(self, images: Tensor) -> Tensor:
-        """Backbone features of ``images [..., C, S, S]`` → ``[..., F]`` (one backbone call)."""
+        """Backbone features of ``images [..., C, S, S]`` → ``[..., F]`` (one backbone call).
+
+        Raises:
+            ValueError: from the backbone for bad ``images`` (shape, dtype, NaN/Inf for ``Conv4``).
+        """
         lead = images.shape[:-3]
-        return self.backbone(images.reshape(-1, *images.shape[-3:])).reshape(*lead, -1)
+        return self.backbone(images.reshape(-1, *images.shape[-3:])).reshape(*lead, self.backbone.feature_dim)
+
+    def _layer_states(self, state: State | None) -> State:
+        """``state`` as one entry per sequence layer (``None`` = slow weights for every layer)."""
+        n = len(self.seq_layers)
+        if state is None:
+            return (None,) * n
+        if not isinstance(state, (tuple, list)) or len(state) != n:
+            got = (
+                f"a {type(state).__name__} of length {len(state)}"
+                if isinstance(state, (tuple, list))
+                else describe(state)
+            )
+            raise ValueError(
+                f"state: expected None or a tuple of {n} per-layer states (one per sequence layer, as "
+                f"returned by this model), got {got}"
+            )
+        return tuple(state)
+
+    def _check_features(self, features: Tensor) -> None:
+        check_layer_input(features, self.backbone.feature_dim, "features")
+        check_input_dtype("features", features, self, "model")
 
     def _inputs(self, features: Tensor, labels: Tensor) -> Tensor:
-        if labels.dtype not in (torch.int64, torch.int32) or labels.shape != features.shape[:2]:
+        """``input_proj([features; onehot(labels)])`` for ``features`` already checked."""
+        if (
+            not isinstance(labels, Tensor)
+            or labels.dtype not in (torch.int64, torch.int32)
+            or labels.shape != features.shape[:2]
+        ):
             raise ValueError(
                 f"labels: expected an integer tensor of shape {list(features.shape[:2])}, "
-                f"got {labels.dtype} {list(labels.shape)}"
+                f"got {describe(labels)}"
             )
         if labels.numel() and (labels.min() < 0 or labels.max() > self.num_classes):
             raise ValueError(
@@ -84,9 +122,15 @@ class InContextClassifier(nn.Module):
     def forward_features(
         self, features: Tensor, labels: Tensor, state: State | None = None
     ) -> tuple[Tensor, State]:
-        """Sequence part on precomputed features ``[B, T, F]`` → ``(logits [B, T, N], state)``."""
+        """Sequence part on precomputed features ``[B, T, F]`` → ``(logits [B, T, N], state)``.
+
+        Raises:
+            ValueError: for bad ``features`` (shape ``[B, T, F]``, the model's dtype, NaN/Inf), ``labels``
+                (integer ``[B, T]`` in ``[0, N]``) or ``state`` (one entry per sequence layer).
+        """
+        states = self._layer_states(state)
+        self._check_features(features)
         h = self._inputs(features, labels)
-        states = state if state is not None else (None,) * len(self.seq_layers)
         new_states = []
         for seq, ff, s in zip(self.seq_layers, self.ff_layers, states, strict=True):
             h, s = seq(h, s)
@@ -102,10 +146,14 @@ class InContextClassifier(nn.Module):
         the prediction of each demonstration's label before it is revealed.
 
         Returns ``(logits [B, T, N], online [B, T, N], state)``.
+
+        Raises:
+            ValueError: as for :meth:`forward_features`.
         """
+        states = self._layer_states(state)
+        self._check_features(features)
         h = self._inputs(features, labels)
         h_read = self._inputs(features, torch.full_like(labels, self.unknown_label))
-        states = state if state is not None else (None,) * len(self.seq_layers)
         new_states = []
         for seq, ff, s in zip(self.seq_layers, self.ff_layers, states, strict=True):
             h, h_read, s = seq.forward_with_reads(h, h_read, s)
@@ -115,22 +163,40 @@ class InContextClassifier(nn.Module):
 
     def query_features(self, features: Tensor, state: State | None = None) -> Tensor:
         """Logits ``[B, Q, N]`` of ``Q`` independent queries (unknown label), each a one-step call
-        from ``state`` whose own update is discarded (ACL query semantics, spec §4.2)."""
+        from ``state`` whose own update is discarded (ACL query semantics, spec §4.2).
+
+        Raises:
+            ValueError: for bad ``features`` ``[B, Q, F]`` or ``state`` (as for :meth:`forward_features`).
+        """
+        states = self._layer_states(state)
+        self._check_features(features)
         labels = torch.full(features.shape[:2], self.unknown_label, dtype=torch.long, device=features.device)
         h = self._inputs(features, labels)
-        states = state if state is not None else (None,) * len(self.seq_layers)
         for seq, ff, s in zip(self.seq_layers, self.ff_layers, states, strict=True):
             h = ff(seq.read(h, s))
         return self.out_layer(h)
 
+    def _check_images(self, images: Tensor, layout: str) -> None:
+        if not isinstance(images, Tensor) or images.dim() != 5:
+            raise ValueError(f"images: expected a 5-D tensor {layout}, got {describe(images)}")
+        if images.is_floating_point():
+            check_input_dtype("images", images, self, "model")
+
     def forward(self, images: Tensor, labels: Tensor, state: State | None = None) -> tuple[Tensor, State]:
-        """``images [B, T, C, S, S]``, ``labels [B, T]`` → ``(logits [B, T, N], state)``."""
-        if images.dim() != 5:
-            raise ValueError(f"images: expected a 5-D tensor [B, T, C, S, S], got shape {list(images.shape)}")
+        """``images [B, T, C, S, S]``, ``labels [B, T]`` → ``(logits [B, T, N], state)``.
+
+        Raises:
+            ValueError: for bad ``images`` (rank, the model's dtype; shape and values as checked by the
+                backbone), ``labels`` or ``state`` (see :meth:`forward_features`).
+        """
+        self._check_images(images, "[B, T, C, S, S]")
         return self.forward_features(self.embed(images), labels, state)
 
     def query(self, images: Tensor, state: State | None = None) -> Tensor:
-        """``images [B, Q, C, S, S]`` → logits ``[B, Q, N]`` of independent queries from ``state``."""
-        if images.dim() != 5:
-            raise ValueError(f"images: expected a 5-D tensor [B, Q, C, S, S], got shape {list(images.shape)}")
+        """``images [B, Q, C, S, S]`` → logits ``[B, Q, N]`` of independent queries from ``state``.
+
+        Raises:
+            ValueError: as for :meth:`forward` (without labels).
+        """
+        self._check_images(images, "[B, Q, C, S, S]")
         return self.query_features(self.embed(images), state)

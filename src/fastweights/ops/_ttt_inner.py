@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from fastweights.ops._common import compute_dtype, describe
+from fastweights.ops._common import check_finite, compute_dtype, describe
 
 _LINEAR = ("W1", "b1")
 _MLP = ("W1", "b1", "W2", "b2")
@@ -95,8 +95,7 @@ def _check_inputs(
                 tensors[f"initial_state[{key!r}]"] = x
     tensors["q"] = q
     for name, x in tensors.items():
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{name}: expected finite values, got NaN or Inf")
+        check_finite(name, x)
 
 
 def ttt_initial_state(params: dict[str, Tensor], batch_size: int, dtype: torch.dtype | None = None) -> dict:

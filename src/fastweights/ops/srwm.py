@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastweights.ops._common import compute_dtype, describe
+from fastweights.ops._common import check_finite, check_positive_int, compute_dtype, describe
 from fastweights.ops.packing import supports_cu_seqlens
 from fastweights.ops.srwm_autograd import srwm_fast_path
 
@@ -51,7 +51,8 @@ def check_srwm_inputs(
     """Validate the arguments of :func:`srwm` / :func:`srwm_reference` and return ``d_out``.
 
     Raises:
-        ValueError: naming the argument, the expected shape/dtype and what was given.
+        ValueError: naming the argument, the expected shape/dtype and what was given, or when ``x``,
+            ``weight`` or ``initial_state`` holds NaN/Inf (the same checks as the other ops).
     """
     if not isinstance(x, Tensor) or x.dim() != 4:
         raise ValueError(f"x: expected a 4-D tensor [B, T, H, E], got {describe(x)}")
@@ -60,8 +61,7 @@ def check_srwm_inputs(
     b, _, h, e = x.shape
     if d_out is None:
         d_out = e
-    if isinstance(d_out, bool) or not isinstance(d_out, int) or d_out < 1:
-        raise ValueError(f"d_out: expected a positive int (width of the y block), got {d_out!r}")
+    check_positive_int("d_out", d_out)
     c = srwm_num_columns(e, d_out)
     if not isinstance(weight, Tensor) or tuple(weight.shape) != (h, e, c):
         raise ValueError(
@@ -79,6 +79,8 @@ def check_srwm_inputs(
             )
         if not initial_state.is_floating_point():
             raise ValueError(f"initial_state: expected a floating-point dtype, got {initial_state.dtype}")
+    for name, t in (("x", x), ("weight", weight), ("initial_state", initial_state)):
+        check_finite(name, t)
     return d_out
 
 
@@ -119,7 +121,8 @@ def srwm_reference(
         else the input dtype), or ``None``.
 
     Raises:
-        ValueError: on wrong ranks, shapes or dtypes, or a bad ``d_out`` (see :func:`check_srwm_inputs`).
+        ValueError: on wrong ranks, shapes or dtypes, NaN/Inf inputs, or a bad ``d_out`` (see
+            :func:`check_srwm_inputs`).
     """
     d_out = check_srwm_inputs(x, weight, initial_state, d_out)
     e = x.shape[-1]
@@ -172,6 +175,9 @@ def srwm(
 
     Returns:
         ``(y [B, T, H, d_out], state [B, H, E, C] or None)`` as for :func:`srwm_reference`.
+
+    Raises:
+        ValueError: as for :func:`srwm_reference` (see :func:`check_srwm_inputs`).
     """
     check_srwm_inputs(x, weight, initial_state, d_out)
     with torch.autocast(x.device.type, enabled=False):
@@ -203,13 +209,15 @@ def srwm_with_reads(
         ``(y [B, T, H, d_out], y_read [B, T, H, d_out], final state [B, H, E, C])``.
 
     Raises:
-        ValueError: on bad shapes/dtypes, or if ``x_read`` does not match ``x``.
+        ValueError: on bad shapes/dtypes or NaN/Inf inputs (as for :func:`srwm`), or if ``x_read`` does
+            not match ``x`` or holds NaN/Inf.
     """
     check_srwm_inputs(x, weight, initial_state, d_out)
     if not isinstance(x_read, Tensor) or x_read.shape != x.shape or x_read.dtype != x.dtype:
         raise ValueError(
             f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {describe(x_read)}"
         )
+    check_finite("x_read", x_read)
     with torch.autocast(x.device.type, enabled=False):
         w0 = _initial_weights(x, weight, initial_state)
         y, y_read, w = srwm_fast_path(x.to(w0.dtype), x_read.to(w0.dtype), w0)
@@ -235,7 +243,8 @@ def srwm_read(x: Tensor, weight: Tensor, *, state: Tensor | None = None, d_out: 
         ``y [B, Q, H, d_out]`` in the dtype of ``x``.
 
     Raises:
-        ValueError: as for :func:`srwm` (a bad ``state`` is reported as ``initial_state``).
+        ValueError: as for :func:`srwm`, NaN/Inf included (a bad ``state`` is reported as
+            ``initial_state``).
     """
     d_out = check_srwm_inputs(x, weight, state, d_out)
     with torch.autocast(x.device.type, enabled=False):
