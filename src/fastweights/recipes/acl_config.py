@@ -1,4 +1,4 @@
-"""Configuration of the ACL recipe (presets in ``configs/acl/*.yaml``)."""
+"""Configuration of the ACL recipe (presets in ``fastweights/configs/acl/*.yaml``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Configuration of the few-shot and sequential recipes (presets in ``configs/{fewshot,sequential}/``)."""
+"""Configuration of the few-shot and sequential recipes (presets in ``fastweights/configs/``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Configuration of the language-modelling recipe (presets in ``configs/lm/``)."""
+"""Configuration of the language-modelling recipe (presets in ``fastweights/configs/lm/``)."""
 
 from __future__ import annotations
 
