@@ -52,7 +52,7 @@ class TrainConfig:
     k_shot: int = 5
     n_query: int = 1  # queries per class per task; each is an independent read of the state
     label_space: int = 0  # labels of a task are drawn from 0..label_space-1; 0 = model.num_classes
-    init_from: str = ""  # checkpoint whose model weights initialise this run (meta-finetuning, spec §4.4)
+    init_from: str = ""  # checkpoint whose model weights initialise this run (ACL paper's meta-finetuning)
     num_tasks: int = 2
     batch_size: int = 16
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
@@ -62,7 +62,7 @@ class TrainConfig:
     online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
     lr: float = 1e-3
     warmup_steps: int = 100
-    schedule: str = "constant"  # "constant" after linear warmup, or "noam" (reference, spec §3.2)
+    schedule: str = "constant"  # "constant" after linear warmup, or "noam" (reference; Vaswani et al. 2017)
     adam_betas: tuple[float, float] = (0.9, 0.995)
     adam_eps: float = 1e-9
     grad_clip: float = 0.0

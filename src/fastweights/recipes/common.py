@@ -50,7 +50,7 @@ C = TypeVar("C")
 
 @dataclass
 class OptimConfig:
-    """Optimiser, schedule and loop fields shared by the few-shot and sequential recipes (spec §3.2:
+    """Optimiser, schedule and loop fields shared by the few-shot and sequential recipes (modern-srwm:
     Adam with betas (0.9, 0.995), eps 1e-9; warm-up then constant, or the reference's Noam schedule)."""
 
     batch_size: int = 16
@@ -154,7 +154,7 @@ def load_pools(p: Any, key: str = "data") -> dict[str, ClassPool]:
 
 
 def build_classifier(m: ModelConfig, *, image_size: int, in_channels: int = 1) -> InContextClassifier:
-    """Conv-4 → ``num_layers`` × [sequence layer, FF] → head (spec ``srwm_acl.md`` §2)."""
+    """Conv-4 → ``num_layers`` × [sequence layer, FF] → head (Irie et al. 2022, §4; ACL paper §3)."""
     backbone = Conv4(
         in_channels,
         m.channels,

@@ -11,7 +11,7 @@ Input is the ``results.json`` dict written by the ACL evaluation (all accuracies
                                   "runs", "k_shot", "task_names", "chance"}}}
 
 Forgetting-table keys read "evaluated task | tasks learned, in order": ``"A|A->B"`` is the accuracy on
-task A after learning A then B (the in-context forgetting measure, spec ``srwm_acl.md`` §5.3).
+task A after learning A then B (the in-context forgetting measure, Irie et al. 2025, §4.1).
 Every top-level section is optional. Plots use matplotlib's object API with the Agg canvas (no
 pyplot, no global backend switch), so this module is safe to import anywhere.
 """
