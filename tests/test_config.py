@@ -53,6 +53,10 @@ def test_preset_names_and_paths():
     for name in ("missing.yaml", "dir/missing.yml"):
         with pytest.raises(FileNotFoundError, match=rf"^preset: YAML file {name} not found$"):
             preset_path("acl", name)
+    with pytest.raises(
+        FileNotFoundError, match=r"^preset: YAML file smoke.yaml not found .*--preset smoke\)$"
+    ):
+        preset_path("acl", "smoke.yaml")
 
 
 def test_a_user_yaml_file_is_a_preset(tmp_path, monkeypatch):
@@ -91,3 +95,23 @@ def test_bad_preset_files_give_one_line_errors_naming_file_and_line(tmp_path, te
 def test_missing_yaml_file_to_load_config(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
         load_config(ACLConfig, tmp_path / "nope.yaml")
+
+
+def test_cli_reports_preset_errors_on_one_line(tmp_path, capsys):
+    from fastweights.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntrain: [1\n")
+    for preset, message in [
+        (str(bad), rf"config: {re.escape(str(bad))}: line 3, column 1: YAML syntax error: "),
+        (str(tmp_path / "gone.yml"), r"preset: YAML file .*gone\.yml not found"),
+        (
+            "nope",
+            r"preset: unknown preset 'nope' for 'fewshot'; available presets: \['paper', 'quick', 'smoke'\]",
+        ),
+    ]:
+        recipe = "fewshot" if preset == "nope" else "acl"
+        assert main([recipe, "train", "--preset", preset, "--run-dir", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert re.match(rf"^fastweights: error: {message}", err) and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

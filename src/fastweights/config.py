@@ -55,7 +55,9 @@ def preset_path(recipe: str, preset: str) -> Path:
     if preset.endswith(_YAML_SUFFIXES):
         path = Path(preset)
         if not path.is_file():
-            raise FileNotFoundError(f"preset: YAML file {path} not found")
+            named = path.stem if path.parent == Path(".") and path.stem in available_presets(recipe) else None
+            hint = f" (for the shipped preset, give its name: --preset {named})" if named else ""
+            raise FileNotFoundError(f"preset: YAML file {path} not found{hint}")
         return path
     path = CONFIG_DIR / recipe / f"{preset}.yaml"
     if not path.is_file():
