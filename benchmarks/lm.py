@@ -10,7 +10,7 @@ length ``L``:
 
 A context that raises an out-of-memory error is reported as such. The last lines give the ratio
 TTT-Linear / softmax attention at the longest context measured for both (the TTT paper's latency
-comparison, §3.3 and Fig. "Forward / Generate time per token"; spec ``ttt_fla.md`` §2).
+comparison, §3.3 and Fig. "Forward / Generate time per token").
 
     python benchmarks/lm.py                    # tiny model, contexts 256 … 4096 (minutes on 2 CPU cores)
     python benchmarks/lm.py --small            # contexts 64, 128 (seconds)

@@ -1,4 +1,4 @@
-"""Shared fixtures: the golden vectors in ../shared/golden (skipped when absent)."""
+"""Shared fixtures: the golden vectors vendored in ``tests/golden/`` (``FASTWEIGHTS_GOLDEN`` overrides)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ from pathlib import Path
 import pytest
 import torch
 
-GOLDEN = Path(os.environ.get("FASTWEIGHTS_GOLDEN", Path(__file__).resolve().parents[2] / "shared" / "golden"))
+GOLDEN = Path(os.environ.get("FASTWEIGHTS_GOLDEN", Path(__file__).resolve().parent / "golden"))
 
 
 def load_golden(relpath: str) -> dict:
+    """Load ``GOLDEN/relpath`` (a nested dict of tensors, ``tests/golden/README.md``).
+
+    A missing file fails the test (it is part of the repository), it is never skipped.
+    """
     path = GOLDEN / relpath
-    if not path.exists():
-        pytest.skip(f"golden file {path} not found (set FASTWEIGHTS_GOLDEN to the shared/golden folder)")
+    if not path.is_file():
+        override = os.environ.get("FASTWEIGHTS_GOLDEN")
+        where = f"FASTWEIGHTS_GOLDEN={override}" if override else "tests/golden/ ships with the repository"
+        pytest.fail(f"golden file {path} not found ({where})", pytrace=False)
     return torch.load(path, weights_only=True)
 
 

@@ -1,8 +1,20 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from fastweights.config import apply_overrides, config_from_yaml, config_to_yaml, load_config, preset_path
+import fastweights
+from fastweights.config import (
+    CONFIG_DIR,
+    apply_overrides,
+    available_presets,
+    config_from_yaml,
+    config_to_yaml,
+    load_config,
+    preset_path,
+)
 from fastweights.recipes.acl_config import ACLConfig, CurriculumStage
 
 
@@ -13,16 +25,93 @@ def test_presets_load_and_round_trip(preset):
     assert config_from_yaml(ACLConfig, config_to_yaml(cfg)) == cfg
 
 
+def test_presets_ship_inside_the_package():
+    assert CONFIG_DIR == Path(fastweights.__file__).resolve().parent / "configs"
+    assert available_presets("acl") == ["paper", "quick", "smoke", "standard"]
+    assert {"smoke", "tiny", "paper-125m"} <= set(available_presets("lm"))
+    assert available_presets("nope") == []
+    assert preset_path("fewshot", "smoke") == CONFIG_DIR / "fewshot" / "smoke.yaml"
+
+
 def test_overrides_are_typed_and_validated():
     cfg = load_config(ACLConfig, None, ["train.lr=0.01", "model.d_model=64", "train.acl_loss=false"])
     assert (cfg.train.lr, cfg.model.d_model, cfg.train.acl_loss) == (0.01, 64, False)
     cfg = apply_overrides(cfg, ["train.curriculum=[{until_step: 5, n_way: 2, k_shot: 1}]"])
     assert cfg.train.curriculum == [CurriculumStage(5, 2, 1)]
-    with pytest.raises(ValueError, match="nope"):
+    with pytest.raises(ValueError, match=r"^config: train\.nope: Key 'nope' not in 'TrainConfig'$"):
         load_config(ACLConfig, None, ["train.nope=1"])
-    with pytest.raises(ValueError, match="d_model"):
+    with pytest.raises(ValueError, match=r"^config: model\.d_model: Value 'abc'[^\n]*Integer$"):
         load_config(ACLConfig, None, ["model.d_model=abc"])
     with pytest.raises(ValueError, match="key=value"):
         apply_overrides(cfg, ["train.lr"])
-    with pytest.raises(FileNotFoundError, match="available presets"):
+
+
+def test_preset_names_and_paths():
+    with pytest.raises(FileNotFoundError, match=r"unknown preset 'nope' for 'acl'.*'quick', 'smoke'"):
         preset_path("acl", "nope")
+    # a value ending in .yaml/.yml is a path, reported as given (not "x.yaml.yaml")
+    for name in ("missing.yaml", "dir/missing.yml"):
+        with pytest.raises(FileNotFoundError, match=rf"^preset: YAML file {name} not found$"):
+            preset_path("acl", name)
+    with pytest.raises(
+        FileNotFoundError, match=r"^preset: YAML file smoke.yaml not found .*--preset smoke\)$"
+    ):
+        preset_path("acl", "smoke.yaml")
+
+
+def test_a_user_yaml_file_is_a_preset(tmp_path, monkeypatch):
+    (tmp_path / "mine.yml").write_text("name: mine\ntrain:\n  lr: 1e-3\n")
+    monkeypatch.chdir(tmp_path)
+    path = preset_path("acl", "mine.yml")
+    cfg = load_config(ACLConfig, path)
+    assert (cfg.name, cfg.train.lr) == ("mine", 0.001)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "name: x\ntrain:\n  lr: [1, 2\n  warmup: 3\n",
+            r"line 4, column 9: YAML syntax error: expected ',' or ']'",
+        ),
+        ("name: x\n  model: 2\n", r"line 2, column 8: YAML syntax error: mapping values are not allowed"),
+        ("name: a\nname: b\n", r"line 2, column 1: YAML syntax error: found duplicate key name"),
+        ("", r"expected a YAML mapping of config keys, got an empty file"),
+        ("# only a comment\n", r"expected a YAML mapping of config keys, got an empty file"),
+        ("\n- 1\n- 2\n", r"line 2: expected a YAML mapping of config keys, got a list"),
+        ("smoke\n", r"line 1: expected a YAML mapping of config keys, got a scalar"),
+        ("name: x\ntrain:\n  lr: 0.1\n  nope: 1\n", r"line 4: train\.nope: Key 'nope' not in 'TrainConfig'"),
+        ("model:\n  d_model: abc\n", r"line 2: model\.d_model: Value 'abc'"),
+    ],
+)
+def test_bad_preset_files_give_one_line_errors_naming_file_and_line(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"^config: {re.escape(str(path))}: .*{message}") as info:
+        load_config(ACLConfig, path)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_yaml_file_to_load_config(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_config(ACLConfig, tmp_path / "nope.yaml")
+
+
+def test_cli_reports_preset_errors_on_one_line(tmp_path, capsys):
+    from fastweights.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntrain: [1\n")
+    for preset, message in [
+        (str(bad), rf"config: {re.escape(str(bad))}: line 3, column 1: YAML syntax error: "),
+        (str(tmp_path / "gone.yml"), r"preset: YAML file .*gone\.yml not found"),
+        (
+            "nope",
+            r"preset: unknown preset 'nope' for 'fewshot'; available presets: \['paper', 'quick', 'smoke'\]",
+        ),
+    ]:
+        recipe = "fewshot" if preset == "nope" else "acl"
+        assert main([recipe, "train", "--preset", preset, "--run-dir", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert re.match(rf"^fastweights: error: {message}", err) and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

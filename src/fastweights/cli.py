@@ -80,7 +80,9 @@ def _add_train_eval(verbs: argparse._SubParsersAction, name: str, preset: str, *
     """The ``train`` and ``eval`` verbs every recipe has (same contract for all recipes)."""
     tr = verbs.add_parser("train", help="train a model (writes config, metrics, checkpoints)")
     tr.add_argument(
-        "--preset", default=preset, help=f"configs/{name}/<preset>.yaml or a YAML path (default: {preset})"
+        "--preset",
+        default=preset,
+        help=f"preset name (fastweights/configs/{name}/NAME.yaml) or a .yaml path (default: {preset})",
     )
     tr.add_argument(
         "--run-dir", type=Path, default=None, help=f"output folder (default runs/{name}-<preset>)"
@@ -145,7 +147,9 @@ def _add_recipe(
         help="one run per value of a config key, e.g. train.acl_loss=true,false (folders KEY_LEAF=VALUE)",
     )
     co.add_argument(
-        "--preset", default=preset, help=f"configs/{name}/<preset>.yaml or a YAML path (default: {preset})"
+        "--preset",
+        default=preset,
+        help=f"preset name (fastweights/configs/{name}/NAME.yaml) or a .yaml path (default: {preset})",
     )
     co.add_argument("--run-root", type=Path, default=None, help=f"default runs/{name}-compare-<preset>")
     co.add_argument("overrides", nargs="*", help="key=value overrides applied to every model's run")

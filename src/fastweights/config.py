@@ -1,16 +1,23 @@
-"""Typed configs: dataclasses + YAML presets + ``key=value`` overrides (OmegaConf)."""
+"""Typed configs: dataclasses + YAML presets + ``key=value`` overrides (OmegaConf).
+
+The presets ship inside the package as ``fastweights/configs/<recipe>/<preset>.yaml`` (package data,
+located with :mod:`importlib.resources`), so a non-editable install finds them from any folder.
+"""
 
 from __future__ import annotations
 
 from dataclasses import is_dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 __all__ = [
     "CONFIG_DIR",
+    "available_presets",
     "preset_path",
     "load_config",
     "apply_overrides",
@@ -20,40 +27,121 @@ __all__ = [
 
 T = TypeVar("T")
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+# The package is installed as plain files (setuptools wheels are never zip-imported), so the
+# resource folder is a real directory.
+CONFIG_DIR = Path(str(resources.files("fastweights") / "configs"))
+
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def available_presets(recipe: str) -> list[str]:
+    """Names of the presets shipped for ``recipe`` (sorted; empty for an unknown recipe)."""
+    folder = resources.files("fastweights") / "configs" / recipe
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 def preset_path(recipe: str, preset: str) -> Path:
-    """Path of ``configs/<recipe>/<preset>.yaml`` (or ``preset`` itself if it is a YAML file path).
+    """Path of the YAML file that ``--preset`` names.
+
+    A value ending in ``.yaml``/``.yml`` is a file path; anything else is the name of a preset
+    shipped in ``fastweights/configs/<recipe>/<preset>.yaml``.
 
     Raises:
-        FileNotFoundError: listing the available presets.
+        FileNotFoundError: a YAML path that does not exist (naming it), or an unknown preset name
+            (listing the available presets of ``recipe``).
     """
-    p = Path(preset)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return p
+    if preset.endswith(_YAML_SUFFIXES):
+        path = Path(preset)
+        if not path.is_file():
+            named = path.stem if path.parent == Path(".") and path.stem in available_presets(recipe) else None
+            hint = f" (for the shipped preset, give its name: --preset {named})" if named else ""
+            raise FileNotFoundError(f"preset: YAML file {path} not found{hint}")
+        return path
     path = CONFIG_DIR / recipe / f"{preset}.yaml"
-    if not path.exists():
-        available = sorted(q.stem for q in (CONFIG_DIR / recipe).glob("*.yaml"))
-        raise FileNotFoundError(f"preset: no {path}; available presets for {recipe!r}: {available}")
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"preset: unknown preset {preset!r} for {recipe!r}; available presets: "
+            f"{available_presets(recipe)} (or give a path ending in .yaml)"
+        )
     return path
+
+
+def _key_line(node: yaml.Node | None, dotted_key: str) -> int | None:
+    """1-based line of ``dotted_key`` (``a.b.c``) in a composed YAML tree, or ``None`` if absent."""
+    for part in dotted_key.split("."):
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        match = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part]
+        if not match:
+            return None
+        key_node, node = match[0]
+    return key_node.start_mark.line + 1
+
+
+def _config_error(err: OmegaConfBaseException, where: str = "config") -> ValueError:
+    """One-line ``ValueError`` from an OmegaConf error (whose message spans several lines)."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    key = getattr(err, "full_key", None)
+    return ValueError(f"{where}: {key}: {first}" if key else f"{where}: {first}")
+
+
+def _load_yaml_mapping(path: Path) -> tuple[DictConfig, yaml.Node]:
+    """Read a YAML preset file: its OmegaConf mapping and its composed node tree (for line numbers).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: one line naming the file and line for a YAML syntax error, a duplicate key, an
+            empty file, or a top level that is not a mapping.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config: YAML file {path} not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        cfg = OmegaConf.load(path)  # OmegaConf's YAML rules: e.g. `1e-3` is a float, duplicate keys fail
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
+        problem = " ".join(str(err.problem or err.context or "invalid YAML").split())
+        raise ValueError(f"config: {path}: {where}: YAML syntax error: {problem}") from err
+    except yaml.YAMLError as err:
+        raise ValueError(f"config: {path}: YAML error: {' '.join(str(err).split())}") from err
+    if node is None:
+        raise ValueError(f"config: {path}: expected a YAML mapping of config keys, got an empty file")
+    if not isinstance(node, yaml.MappingNode) or not isinstance(cfg, DictConfig):
+        kind = "list" if isinstance(node, yaml.SequenceNode) else "scalar"
+        line = node.start_mark.line + 1
+        raise ValueError(f"config: {path}: line {line}: expected a YAML mapping of config keys, got a {kind}")
+    return cfg, node
 
 
 def load_config(cls: type[T], yaml_path: Path | None = None, overrides: list[str] | None = None) -> T:
     """Merge ``cls`` defaults ← YAML file ← ``key=value`` overrides and return a typed ``cls``.
 
     Raises:
-        ValueError: for unknown keys or values of the wrong type (naming the key).
+        TypeError: ``cls`` is not a dataclass type.
+        FileNotFoundError: ``yaml_path`` does not exist.
+        ValueError: one line, for YAML syntax errors and empty or non-mapping files (naming the file
+            and line), unknown keys or values of the wrong type (naming the key, and the file and line
+            when the key comes from the file).
     """
     if not is_dataclass(cls):
         raise TypeError(f"cls: expected a dataclass type, got {cls!r}")
+    merged = OmegaConf.structured(cls)
+    if yaml_path is not None:
+        loaded, node = _load_yaml_mapping(Path(yaml_path))
+        try:
+            merged = OmegaConf.merge(merged, loaded)
+        except OmegaConfBaseException as err:
+            line = _key_line(node, str(getattr(err, "full_key", "") or ""))
+            raise _config_error(err, f"config: {yaml_path}" + (f": line {line}" if line else "")) from err
     try:
-        merged = OmegaConf.structured(cls)
-        if yaml_path is not None:
-            merged = OmegaConf.merge(merged, OmegaConf.load(yaml_path))
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
-        raise ValueError(f"config: {err}") from err
+        raise _config_error(err) from err
     return apply_overrides(cfg, overrides or [])  # type: ignore[return-value]
 
 
@@ -61,7 +149,8 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
     """Return a copy of the config dataclass ``cfg`` with ``key=value`` overrides applied.
 
     Raises:
-        ValueError: for unknown keys, values of the wrong type, or items without ``=``.
+        ValueError: one line, for unknown keys or values of the wrong type (naming the key), or items
+            without ``=``.
     """
     bad = [o for o in overrides if "=" not in o]
     if bad:
@@ -70,7 +159,7 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
         merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
-        raise ValueError(f"config: {err}") from err
+        raise _config_error(err) from err
 
 
 def config_to_yaml(cfg: Any) -> str:

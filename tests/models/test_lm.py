@@ -11,7 +11,7 @@ from fastweights.models.convert import lm_from_reference
 from fastweights.models.lm import CausalLM, LMBackbone, LMCache, LMConfig, generate
 from tests.conftest import load_golden
 
-# pure float64 vs the reference's fp32 RMSNorm islands: ~1e-7 relative (shared/golden/README.md)
+# pure float64 vs the reference's fp32 RMSNorm islands: ~1e-7 relative (tests/golden/README.md)
 RTOL = 2e-6
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,9 +151,7 @@ def test_curves_plot_several_runs(tmp_path):
 
 def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path):
     """The checkpoint in pretrained/ must stay loadable by the current model code (small data/eval)."""
-    from fastweights.config import CONFIG_DIR
-
-    shipped = CONFIG_DIR.parent / "pretrained" / "acl-standard"
+    shipped = Path(__file__).resolve().parents[2] / "pretrained" / "acl-standard"
     if not (shipped / "checkpoints" / "best.pt").exists():
         pytest.skip("no shipped checkpoint in this checkout")
     overrides = [

@@ -1,4 +1,4 @@
-"""Synchronous-label N-way K-shot in-context learning (SRWM paper §4.1; spec ``srwm_acl.md`` §3.1, §5.1).
+"""Synchronous-label N-way K-shot in-context learning (Irie et al. 2022, §4.1; modern-srwm ``eval_sync.py``).
 
 An episode is ``N·K`` demonstrations ``(x_i, y_i)`` (label of the same step, classes interleaved at
 random) followed by a query fed with the "unknown" label; the prediction is read at the query. The
@@ -55,7 +55,7 @@ def evaluate_fewshot(
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Few-shot accuracy over ``runs × episodes`` test episodes with one query each (spec §5.1).
+    """Few-shot accuracy over ``runs × episodes`` test episodes with one query each (Irie et al. 2022, §4.1).
 
     Every episode draws ``n_way`` classes of ``sampler``'s pool, a fresh label permutation, ``k_shot``
     support examples per class and one query from a random class (the first of the shuffled query

@@ -1,9 +1,9 @@
-"""The ACL meta-training objective (Irie, Csordás, Schmidhuber, ACL paper Eq. 6; spec §4.2).
+"""The ACL meta-training objective (Irie, Csordás, Schmidhuber, TMLR 2025, §3, Eq. 6).
 
 A training sequence presents tasks ``1..T`` one after another (support demos with their labels).
 After the support set of task ``i`` has been read, the model is queried on task ``i`` (learning) and
 — the ACL term — on every earlier task ``j < i`` (remembering), all from the same state. Queries are
-independent one-step reads whose own updates are discarded (spec §4.2 steps 7, 10, 11), so all
+independent one-step reads whose own updates are discarded (ACL paper §3, Eq. 6), so all
 queries of one state are evaluated as one batch.
 """
 
@@ -191,7 +191,7 @@ def sequence_query_logits(
 
 
 def _first_shot_losses(model: InContextClassifier, tasks: list[TaskTensors]) -> list[Tensor]:
-    """The reference's auxiliary loss (ACL App. A.6, spec §4.2 steps 5/8): before task ``i``'s
+    """The reference's auxiliary loss (ACL paper App. A.6): before task ``i``'s
     support set, read its ``N`` first-shot demos from the current state and query; state discarded."""
     losses, state = [], None
     for task in tasks:

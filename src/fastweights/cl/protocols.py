@@ -1,11 +1,11 @@
 """Evaluation protocols for in-context continual learners.
 
 - :func:`evaluate_task_pairs`: few-shot accuracy and the in-context forgetting table of the ACL paper
-  (§4.1; spec ``srwm_acl.md`` §5.3, query-only measure): for each pair of held-out tasks (A, B),
+  (Irie et al. 2025, §4.1; queries only, nothing re-learned): for each pair of held-out tasks (A, B),
   acc(A|A), acc(B|A→B), acc(A|A→B), and the same with the order reversed.
-- :func:`evaluate_split_benchmark`: 5-task split benchmarks (Split-MNIST style; spec §5.5,
-  ``ecosystem_data_metrics.md`` §2): the accuracy matrix ``R[i, j]`` (task ``j`` after learning
-  ``0..i`` in context) over several demonstration draws, with ACC / BWT / forgetting.
+- :func:`evaluate_split_benchmark`: 5-task split benchmarks (Split-MNIST, Hsu et al. 2018; van de Ven &
+  Tolias 2019; metrics of Lopez-Paz & Ranzato 2017): the accuracy matrix ``R[i, j]`` (task ``j`` after
+  learning ``0..i`` in context) over several demonstration draws, with ACC / BWT / forgetting.
 
 All queries are independent reads from the state after the demonstrations (see
 ``InContextClassifier.query_features``); the model is put in eval mode and no gradients are kept.
@@ -120,7 +120,7 @@ def evaluate_split_benchmark(
     ``i, j`` (including ``j > i``, i.e. tasks not yet seen). Domain-incremental: labels {0, 1} and the
     first 2 logits; class-incremental: original class labels and the first ``2 * #tasks`` logits, with
     as many tasks as the model's outputs allow (``num_classes // 2``; the 5-way ACL model gets the
-    2-task variant of spec §5.5).
+    2-task class-incremental variant of the ACL paper).
 
     Returns:
         :func:`fastweights.cl.metrics.summarize_runs` of the ``runs`` matrices, plus ``task_names``,

@@ -1,5 +1,5 @@
-"""Delayed-label sequential multi-task in-context learning (SRWM paper §4.2; spec ``srwm_acl.md`` §3.3,
-§5.2).
+"""Delayed-label sequential multi-task in-context learning (Irie et al. 2022, §4.2; modern-srwm
+``eval_delay_multi_sequential.py``).
 
 Two N-way K-shot tasks from different domains are concatenated into one stream; the model sees
 ``(x_t, y_{t-1})`` — the label of the *previous* step (the first step gets the "unknown" label) — and
@@ -144,7 +144,7 @@ def evaluate_sequential(
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Accuracy of untrimmed streams ``samplers[0]`` task → ``samplers[1]`` task → … (spec §5.2).
+    """Accuracy of untrimmed streams ``samplers[0]`` task → ``samplers[1]`` task → … (Irie et al. 2022, §4.2).
 
     Returns:
         ``{"accuracy", "ci95", "per_task": [acc of task i], "by_occurrence": [[acc at the k-th occurrence,

@@ -1,6 +1,6 @@
 """N-way K-shot episodes from a :class:`~fastweights.data.sources.base.ClassPool`.
 
-Semantics of spec ``srwm_acl.md`` §6.1 (torchmeta replacement): N distinct classes per task drawn
+Semantics of torchmeta's task sampling (Deleu et al. 2019; replaced here): N distinct classes per task drawn
 uniformly without replacement (all classes of the tasks of one sequence are distinct), a fresh
 uniformly random class -> label assignment per task, disjoint per-class example slices in the order
 first-shot (1), support (K), query (Q), and demonstrations of different classes interleaved at random.
@@ -63,8 +63,8 @@ class EpisodeSampler:
 
     ``rotations=True`` makes the 0/90/180/270° rotations of every class 4 distinct classes
     (``4 * C`` classes; rotated at sampling time with ``np.rot90`` on the two pixel axes,
-    counter-clockwise; no copy of the pool), as the Omniglot class augmentation of spec
-    ``srwm_acl.md`` §6.1. Works for grayscale ``[C, M, S, S]`` and RGB ``[C, M, 3, S, S]`` pools.
+    counter-clockwise; no copy of the pool), as the Omniglot class augmentation of Santoro et al.
+    2016. Works for grayscale ``[C, M, S, S]`` and RGB ``[C, M, 3, S, S]`` pools.
     """
 
     def __init__(self, pool: ClassPool, *, rotations: bool = False) -> None:

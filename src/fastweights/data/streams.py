@@ -58,7 +58,7 @@ def split_benchmark(
     scenario: str = "domain",
     class_groups: Sequence[Sequence[int]] = SPLIT_PAIRS,
 ) -> list[Task]:
-    """The split-benchmark task sequence of spec ``srwm_acl.md`` §5.5 (Split-MNIST protocol).
+    """The split-benchmark task sequence of the Split-MNIST protocol (Hsu et al. 2018; ACL paper).
 
     One :class:`Task` per group of ``class_groups`` (default digit pairs 0/1, 2/3, ..., 8/9), named
     like ``"0/1"``. Demonstrations come from ``ds.train``: run ``r`` takes the train images

@@ -3,7 +3,7 @@
 Sources: Katharopoulos et al., "Transformers are RNNs", ICML 2020 (linear attention with the
 ``elu + 1`` feature map and the ``q . sum k`` normaliser); Vaswani et al., "Attention Is All You Need",
 NeurIPS 2017 (multi-head softmax attention); the layer/op split of flash-linear-attention
-(``shared/spec/ttt_fla.md`` §3.1-3.2); optional rotary position embedding (Su et al., "RoFormer",
+(``fla.ops`` / ``fla.layers``); optional rotary position embedding (Su et al., "RoFormer",
 arXiv 2104.09864, Eq. 34) in the Llama / HF ``rotate_half`` convention (:mod:`fastweights.layers.rotary`).
 """
 

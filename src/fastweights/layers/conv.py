@@ -1,5 +1,5 @@
 """Depthwise causal 1-D convolution with an explicit state (the short convolutions of the Mamba
-backbone; TTT paper §3 / ``shared/spec/ttt_fla.md`` §1.2, §1.10, §1.13)."""
+backbone; TTT paper §2.7 / ttt-lm-pytorch ``ttt.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def causal_depthwise_conv(
         weight: ``[C, 1, k]`` (the ``nn.Conv1d(C, C, k, groups=C)`` weight).
         bias: ``[C]`` or ``None``.
         state: ``[B, C, k]``: the last ``k`` inputs before ``x`` (oldest first); ``None`` = zeros
-            (start of a sequence). This is the reference's decode cache layout (spec §1.13).
+            (start of a sequence). This is the reference's decode cache layout (``TTTCache``).
 
     Returns:
         ``(y [B, T, C], new_state [B, C, k])``; the new state holds the last ``k`` inputs seen, in the

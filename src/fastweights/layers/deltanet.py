@@ -1,8 +1,8 @@
 """DeltaNet sublayer: the fast-weight baseline of the SRWM/ACL papers (``FastFFlayer``).
 
 Sources: Schlag, Irie, Schmidhuber, ICML 2021 (delta rule, ``elu + 1`` feature map with sum
-normalisation); Irie et al., ICML 2022 and the ACL paper (the baseline layer); restated in
-``shared/spec/srwm_acl.md`` §2.4.
+normalisation); Irie et al., ICML 2022 and the ACL paper (the baseline layer, modern-srwm
+``FastFFlayer``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def deltanet_layer_from_reference(sd: dict[str, Tensor], prefix: str = "") -> di
 class DeltaNetLayer(SequenceLayer):
     """DeltaNet sublayer, pre-LN residual: ``out = x + Dropout(out_linear(DeltaRule(LN(x))))``.
 
-    Per head (spec §2.4): ``[q, k, v, b] = slow_net(LN(x))`` split as ``E, E, E, 1``;
+    Per head (Schlag et al. 2021): ``[q, k, v, b] = slow_net(LN(x))`` split as ``E, E, E, 1``;
     ``beta = sigmoid(b)``; ``q, k <- elu(.) + 1`` then divided by their sum over the ``E`` entries
     (positive, summing to 1, so ``||k|| <= 1`` and the update ``I - beta k^T k`` is a contraction); the
     fast weights ``[E, E]`` start at zero (or the carried state) and are written with the delta rule;

@@ -1,4 +1,4 @@
-"""Pre-LN position-wise feed-forward sublayer (Vaswani et al. 2017; spec ``srwm_acl.md`` §2.1)."""
+"""Pre-LN position-wise feed-forward sublayer (Vaswani et al. 2017, §3.3; as in modern-srwm)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LSTM baseline with the sequence-layer interface (spec ``srwm_acl.md`` §2.5).
+"""LSTM baseline with the sequence-layer interface (the LSTM baseline of Irie et al. 2022, §4.1).
 
 Sources: Hochreiter & Schmidhuber, "Long Short-Term Memory", Neural Computation 1997; the ACL/SRWM
 repositories' ``ConvLSTMModel`` baseline. Unlike that model (one ``nn.LSTM`` fed the features directly,

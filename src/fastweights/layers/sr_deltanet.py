@@ -57,7 +57,7 @@ class SRDeltaNetLayer(SequenceLayer):
     float32 under half precision. Choices where the reference differs or is silent: the reference
     exports detached states (shifts from the slow weights) and the pure-PyTorch check of its kernel
     skips the last SRWM update; here the SRWM update is applied at every step (this library's SRWM
-    convention, spec ``srwm_acl.md`` §1.2) and gradients flow through a carried state, so two calls
+    convention, Irie et al. 2022 Eq. 5-8) and gradients flow through a carried state, so two calls
     with the state carried equal one call (values and gradients).
 
     Args:

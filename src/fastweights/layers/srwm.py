@@ -1,4 +1,4 @@
-"""SRWM sublayer (Irie et al., ICML 2022; residual placement and ACL init per ``srwm_acl.md`` §1.4–1.5)."""
+"""SRWM sublayer (Irie et al., ICML 2022; residual placement of modern-srwm, ACL init of ACL App. A.3)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class SRWMLayer(SequenceLayer):
     """Self-referential weight matrix sublayer: ``out = LayerNorm(h) + Dropout(W_out · SRWM(h))``.
 
     The SRWM reads the raw input ``h`` and the LayerNorm sits on the skip branch (the reference's
-    placement, spec §1.4). The state is the fast weights ``[B, H, E, 3E+4]`` (absolute values, not a
+    placement, ``SRWMlayer``). The state is the fast weights ``[B, H, E, 3E+4]`` (absolute values, not a
     shift from the slow weights); ``None`` starts from the slow weights ``self.weight``.
 
     Args:
@@ -66,7 +66,7 @@ class SRWMLayer(SequenceLayer):
         self.reset_srwm_parameters()
 
     def reset_srwm_parameters(self) -> None:
-        """Draw the slow weights with the ACL (or modern-srwm) initialisation, spec §1.5."""
+        """Draw the slow weights with the ACL (App. A.3) or modern-srwm initialisation."""
         e = self.head_dim
         std = 1.0 / math.sqrt(e)
         q_std = std * (0.01 if self.init == "acl" else 1.0)

@@ -1,8 +1,8 @@
 """TTT-Linear / TTT-MLP sequence layers, parameter-compatible with ttt-lm-pytorch ``TTTLinear``/``TTTMLP``.
 
 Sources: Sun et al., "Learning to (Learn at Test Time): RNNs with Expressive Hidden States",
-arXiv 2407.04620 (ICML 2025), §2-§3; the reference module ``ttt.py`` of ttt-lm-pytorch (cd831db);
-restated in ``shared/spec/ttt_fla.md`` §1.2-§1.9 and §1.13. The inner loop is :mod:`fastweights.ops.ttt`.
+arXiv 2407.04620 (ICML 2025), §2-§3; the reference module ``ttt.py`` of ttt-lm-pytorch (cd831db)
+and its decode cache ``TTTCache``. The inner loop is :mod:`fastweights.ops.ttt`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["TTTLinearLayer", "TTTMLPLayer", "rope_tables"]
 
 def rope_tables(head_dim: int, positions: int, theta: float = 10000.0) -> tuple[Tensor, Tensor]:
     """The reference's float32 RoPE tables ``(cos, sin)``, each ``[positions, head_dim]`` laid out as
-    ``cat(freqs, freqs)`` (HF rotate-half layout); frequency ``p`` is ``theta^(-2p/head_dim)`` (spec §1.3).
+    ``cat(freqs, freqs)`` (HF rotate-half layout); frequency ``p`` is ``theta^(-2p/head_dim)`` (RoFormer).
     Built with :func:`~fastweights.layers.rotary.rotary_tables` (the layers use its half-width tables).
     """
     cos, sin = rotary_tables(torch.arange(positions), head_dim, theta, torch.float32)
@@ -93,7 +93,7 @@ class _TTTBase(SequenceLayer):
         return (idx.to(dtype) + self.learnable_token_idx.to(dtype)).clamp_min(0.0)
 
     def learning_rate(self, x: Tensor) -> Tensor:
-        """Source-token rates ``base_lr * sigmoid(x w_h + c_h) / head_dim``, ``[B, T, H]`` (spec §1.6)."""
+        """Source-token rates ``base_lr * sigmoid(x w_h + c_h) / head_dim``, ``[B, T, H]`` (§2.7)."""
         logits = (
             torch.einsum("btc,hc->bth", x, self.learnable_ttt_lr_weight[:, 0])
             + self.learnable_ttt_lr_bias[:, 0]
@@ -118,7 +118,7 @@ class _TTTBase(SequenceLayer):
         shape = (b, t, self.num_heads, self.head_dim)
         pos = (torch.arange(t, device=x.device) + offset) % self.mini_batch_size
         dt = xv.dtype  # the projection dtype (bfloat16 under autocast)
-        # float32 tables cast to the activation dtype, as the reference does (spec §1.3, §1.14)
+        # float32 tables cast to the activation dtype, as the reference does (``RotaryEmbedding``)
         cos, sin = (z.to(dt)[:, None] for z in rotary_tables(pos, self.head_dim, self.rope_theta))
         q = apply_rotary(xq.to(dt).reshape(shape), cos, sin, interleaved=True)
         k = apply_rotary(xk.to(dt).reshape(shape), cos, sin, interleaved=True)
@@ -186,7 +186,7 @@ class _TTTBase(SequenceLayer):
 
 _LAYER_DOC = """
 
-    Forward (spec §1.2-§1.9): ``XQ, XK, XV`` by bias-free projections (``share_qk``: one shared
+    Forward (Sun et al. 2024, §2.3, §2.7): ``XQ, XK, XV`` by bias-free projections (``share_qk``: one shared
     projection followed by two depthwise causal convs with bias, kernel ``conv_kernel``); interleaved RoPE
     (pairs ``(2p, 2p+1)``) at positions ``t mod b`` with the reference's float32 tables; token rates
     ``lr = base_lr * sigmoid(x w_h + c_h) / head_dim``; position scales ``max(0, 1/i + delta_i)``; the

@@ -1,4 +1,4 @@
-"""Vision backbones for in-context image classification (spec ``srwm_acl.md`` §2.2)."""
+"""Vision backbones for in-context image classification (Conv-4 of Vinyals et al. 2016, as in modern-srwm)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Import state dicts written by the reference implementations (IDSIA modern-srwm / automated-cl;
 test-time-training/ttt-lm-pytorch).
 
-Key layout read from the reference modules (spec ``srwm_acl.md`` §1.1, §2.1–2.2): ``conv_layers.{i}.0``
+Key layout read from the reference modules (``layer.py``, ``model_few_shot.py``): ``conv_layers.{i}.0``
 (conv) / ``.1`` (norm); ``input_proj``; ``layers.{2l}`` = SRWM sublayer with ``W_y, W_q, W_k [1,H,E,E]``,
 ``w_b [1,H,E,4]``, ``layer_norm``, ``out_linear``; ``layers.{2l+1}`` = FF sublayer with
 ``ff_layers.0`` / ``ff_layers.3`` and ``layer_norm``; ``out_layer``.

@@ -1,7 +1,7 @@
 """In-context classifier: backbone features + label token → sequence layers → class logits.
 
-Architecture of the SRWM/ACL models (Irie et al. 2022 §4; ACL paper §3; spec ``srwm_acl.md`` §2.1,
-§2.3): ``u_t = Linear([features(x_t); onehot(y_t)])`` over ``N + 1`` label entries (index ``N`` is the
+Architecture of the SRWM/ACL models (Irie et al. 2022 §4; ACL paper §3; ``model_few_shot.py``):
+``u_t = Linear([features(x_t); onehot(y_t)])`` over ``N + 1`` label entries (index ``N`` is the
 "unknown" label of queries), then ``L × [sequence layer, pre-LN feed-forward]``, then ``Linear(D → N)``
 at every position. Stateful: the fast weights after one call continue in the next.
 """
@@ -163,7 +163,7 @@ class InContextClassifier(nn.Module):
 
     def query_features(self, features: Tensor, state: State | None = None) -> Tensor:
         """Logits ``[B, Q, N]`` of ``Q`` independent queries (unknown label), each a one-step call
-        from ``state`` whose own update is discarded (ACL query semantics, spec §4.2).
+        from ``state`` whose own update is discarded (ACL query semantics, ACL paper §3).
 
         Raises:
             ValueError: for bad ``features`` ``[B, Q, F]`` or ``state`` (as for :meth:`forward_features`).

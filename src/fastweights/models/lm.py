@@ -1,7 +1,7 @@
 """Causal language model whose sequence mixers are TTT / DeltaNet / SRWM / softmax-attention layers.
 
 Architecture (Sun et al., "Learning to (Learn at Test Time)", arXiv 2407.04620, §3 and Appendix; the
-reference ``ttt.py`` of ttt-lm-pytorch, restated in ``shared/spec/ttt_fla.md`` §1.10–§1.13):
+reference ``ttt.py`` of ttt-lm-pytorch, ``Block`` / ``TTTModel`` / ``TTTForCausalLM``):
 
 - embedding → ``num_hidden_layers`` pre-norm residual blocks → final RMSNorm → ``lm_head`` (tied to the
   embedding by default, as in the reference);
@@ -206,7 +206,7 @@ class LMConfig:
         return cls.from_dict({**LM_PRESETS[name], **overrides})
 
 
-# The TTT paper's sizes (spec §1.11; vocab 32000 = the Llama-2 tokenizer) and CPU-sized ones.
+# The TTT paper's sizes (§3, ``TTT_STANDARD_CONFIGS``; vocab 32000 = Llama-2) and CPU-sized ones.
 LM_PRESETS: dict[str, dict[str, Any]] = {
     "125m": dict(
         hidden_size=768,
@@ -246,7 +246,7 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
 
 
 class SwiGLU(nn.Module):
-    """``down_proj(SiLU(gate_proj(x)) * up_proj(x))``, all bias-free (Shazeer 2020; spec §1.10)."""
+    """``down_proj(SiLU(gate_proj(x)) * up_proj(x))``, all bias-free (Shazeer 2020)."""
 
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()

@@ -1,7 +1,7 @@
 """Shared pieces of the TTT inner loop (private): input checks, the state dict, the inner model's
 LayerNorm/GELU and their analytic gradients, mini-batch bookkeeping and the argument docs.
 
-Math: Sun et al., arXiv 2407.04620, §2 (restated in ``shared/spec/ttt_fla.md`` §1.4-§1.8, §1.13); see
+Math: Sun et al., arXiv 2407.04620, §2.1-§2.5 and §2.7, as implemented in ttt-lm-pytorch ``ttt.py``; see
 :mod:`fastweights.ops.ttt` for the public ops.
 """
 
@@ -132,7 +132,7 @@ def _ln(z: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
 
 
 def _ln_l2_grad(z: Tensor, target: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
-    """``d/dz 1/2 ||LN(z) - target||^2`` by the analytic LayerNorm backward (spec §1.5)."""
+    """``d/dz 1/2 ||LN(z) - target||^2`` by the analytic LN backward (reference ``ln_fused_l2_bwd``)."""
     d = z.shape[-1]
     mu = z.mean(dim=-1, keepdim=True)
     std = torch.sqrt(z.var(dim=-1, keepdim=True, unbiased=False) + eps)
@@ -144,7 +144,7 @@ def _ln_l2_grad(z: Tensor, target: Tensor, weight: Tensor, bias: Tensor, eps: fl
 
 
 def _gelu_tanh_grad(x: Tensor) -> Tensor:
-    """Derivative of tanh-GELU with the reference's truncated constants (spec §1.5)."""
+    """Derivative of tanh-GELU with the reference's truncated constants (ttt-lm-pytorch ``gelu_bwd``)."""
     th = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
     return 0.5 * x * ((1 - th * th) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + th)
 
@@ -205,7 +205,7 @@ _ARGS_DOC = """
         q, k, v: ``[B, T, H, D]`` queries, keys, values of the inner loss (after projections and RoPE);
             float16/bfloat16/float32/float64, one dtype.
         lr: ``[B, T, H]`` source-token learning rates ``lr_j = base_lr * sigmoid(x_j w_h + c_h) / D``
-            (spec §1.6), same dtype as ``q``.
+            (Sun et al. 2024, §2.7; the ``1/D`` as in ttt-lm-pytorch ``get_eta``), same dtype as ``q``.
         token_scale: ``[b]`` position scales ``s_i = max(0, 1/i + delta_i)``; its length is the
             mini-batch size ``b``.
         {params}

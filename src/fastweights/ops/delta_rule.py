@@ -3,7 +3,7 @@
 Sources: Schlag, Irie, Schmidhuber, "Linear Transformers Are Secretly Fast Weight Programmers",
 ICML 2021, Eq. 23-25 (the delta rule with a learned rate ``beta``); the chunkwise WY/UT form of
 Yang, Wang, Zhang, Shen, Kim, "Parallelizing Linear Transformers with the Delta Rule over Sequence
-Length", NeurIPS 2024. Restated in ``shared/spec/srwm_acl.md`` §2.4 and ``shared/spec/ttt_fla.md`` §3.3.
+Length", NeurIPS 2024, §3 (WY representation and chunkwise-parallel form).
 
 Layout (flash-linear-attention style): ``q, k [B, T, H, K]``, ``v [B, T, H, V]``, ``beta [B, T, H]``;
 the state (fast weights) is ``S [B, H, K, V]`` in the row-vector convention ``k S`` (``S[e, m]``: key
@@ -70,7 +70,7 @@ def delta_rule_reference(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Per-step reference of the delta rule (spec ``srwm_acl.md`` §2.4): obviously correct, not fast.
+    """Per-step reference of the delta rule (Schlag et al. 2021, Eq. 23-25): obviously correct, not fast.
 
     For every step: ``u_t = beta_t (v_t - k_t S)``, ``S <- S + outer(k_t, u_t)``, ``o_t = q_t S`` (read
     after the update). Autograd gives exact gradients, including to ``initial_state``.
@@ -121,7 +121,7 @@ def delta_rule(
     output_final_state: bool = False,
     chunk_size: int = 64,
 ) -> tuple[Tensor, Tensor | None]:
-    """Chunkwise-parallel delta rule (WY/UT transform; spec ``ttt_fla.md`` §3.3).
+    """Chunkwise-parallel delta rule (WY/UT transform; Yang et al. 2024, §3).
 
     Same semantics, signature and errors as :func:`delta_rule_reference` (tested equal in float64).
     The sequence is cut into chunks of ``C = min(chunk_size, T)`` steps (the last one zero-padded:

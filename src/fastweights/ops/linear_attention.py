@@ -3,7 +3,7 @@
 Sources: Katharopoulos, Vyas, Pappas, Fleuret, "Transformers are RNNs", ICML 2020 (causal linear
 attention as an RNN); Schlag, Irie, Schmidhuber, ICML 2021 (the same recurrence read as a fast-weight
 programmer with the sum update rule); the chunkwise-parallel form as in flash-linear-attention's
-``linear_attn`` ops (``shared/spec/ttt_fla.md`` §3.1-3.2).
+``linear_attn`` ops (Yang et al., "Gated Linear Attention Transformers", ICML 2024, §2).
 
 Layout (flash-linear-attention style): ``q, k [B, T, H, K]``, ``v [B, T, H, V]``; the state is
 ``S [B, H, K, V]`` in the row-vector convention ``k S``. Per head and step t, starting from ``S_0``

@@ -1,8 +1,8 @@
 """Self-referential weight matrix (SRWM) recurrence.
 
 Source: Irie, Schlag, Csordás, Schmidhuber, "A Modern Self-Referential Weight Matrix That Learns to
-Modify Itself", ICML 2022, Eq. 5-8 (4-learning-rate, multi-head variant); restated in
-``shared/spec/srwm_acl.md`` §1.2.
+Modify Itself", ICML 2022, §3, Eq. 5-8 (4-learning-rate, multi-head variant); the update order as in
+the reference kernel (modern-srwm ``self_ref_v0``).
 
 Layout (flash-linear-attention style): ``x [B, T, H, E]``; the slow weights of one layer are one tensor
 ``weight [H, E, C]`` in the row-vector convention ``x @ W`` whose ``C = d_out + 2E + 4`` columns are
@@ -101,7 +101,7 @@ def srwm_reference(
     output_final_state: bool = False,
     d_out: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Per-step, per-block reference of the SRWM recurrence (spec ``srwm_acl.md`` §1.2).
+    """Per-step, per-block reference of the SRWM recurrence (Irie et al. 2022, §3, Eq. 5-8).
 
     Written to be obviously correct, not fast: the four blocks ``W^y, W^q, W^k, W^b`` are kept as
     separate tensors and updated one by one exactly as in the paper. Autograd gives exact gradients.
@@ -157,7 +157,7 @@ def srwm(
     output_final_state: bool = False,
     d_out: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """SRWM recurrence, fast path (spec ``srwm_acl.md`` §1.2 forward, §1.8 backward).
+    """SRWM recurrence, fast path (Irie et al. 2022, Eq. 5-8; backward by reversal as in ``self_ref_v0``).
 
     Same signature, semantics and errors as :func:`srwm_reference`; proven equal to it (values and
     gradients) by the parity tests. All four blocks are fused into one matrix per head: per step one

@@ -1,6 +1,6 @@
 """Memory-efficient SRWM recurrence: a custom autograd Function whose backward recovers ``W_{t-1}``
-by reversing the rank-1 updates (Irie et al. 2022, CUDA kernel ``self_ref_v0``; restated in
-``shared/spec/srwm_acl.md`` §1.8).
+by reversing the rank-1 updates (Irie et al. 2022; the backward of modern-srwm's CUDA kernel
+``self_ref_v0``).
 
 The forward saves only per-step vectors — the projections ``x_t W_{t-1}`` with ``q_t``, ``k_t``
 (after softmax) and ``beta_t`` (after sigmoid) written over their logits, and the difference vectors
@@ -8,7 +8,7 @@ The forward saves only per-step vectors — the projections ``x_t W_{t-1}`` with
 the O(T·E²) an autograd loop keeps. The backward walks time in reverse, undoing
 ``W_t = W_{t-1} + k_t ⊗ (beta_t ⊙ d_t)`` step by step; it has no chunks, so it is correct for any T,
 and the gradient of an incoming final state is counted exactly once (the reference kernel
-double-counts it, spec §1.8 BUG).
+double-counts it in its stateful backward).
 
 Layout inside this module: heads are flattened into the batch (``N = B·H``) and time is the leading
 dimension of the saved per-step buffers (``[T, N, 1, ·]``); the fast weights are ``W [N, E, C]`` with

@@ -2,10 +2,10 @@
 
 Sources: Sun et al., "Learning to (Learn at Test Time): RNNs with Expressive Hidden States",
 arXiv 2407.04620 (ICML 2025), §2 (inner model, self-supervised loss, mini-batch TTT, dual form), as
-implemented in ttt-lm-pytorch ``ttt.py``; restated in ``shared/spec/ttt_fla.md`` §1.4-§1.8 and §1.13.
+implemented in ttt-lm-pytorch ``ttt.py`` (``TTTLinear``, ``TTTMLP``, ``TTTCache``).
 
 Layout: ``q, k, v [B, T, H, D]`` (already projected and rotated), ``lr [B, T, H]`` the source-token
-learning rates ``lr_j`` (spec §1.6, including the ``1/D`` factor), ``token_scale [b]`` the position
+learning rates ``lr_j`` (§2.7, with the reference's ``1/D`` factor), ``token_scale [b]`` the position
 scales ``s_i = max(0, 1/i + delta_i)`` of the ``b = mini_batch_size`` in-mini-batch positions.
 
 Inner model per head (row-vector convention ``x W + b``), with a per-head LayerNorm ``LN_h`` (weight
@@ -17,13 +17,13 @@ and bias ``[H, D]``, biased variance, ``eps``) and a residual: ``f(x) = x + LN_h
 
 Inner loss of token j: ``l_j(W) = 1/2 ||LN_h(f_res(k_j; W)) - (v_j - k_j)||^2`` (summed over features).
 
-Mini-batch semantics (spec §1.7): tokens are grouped into mini-batches of ``b`` consecutive positions
+Mini-batch semantics (§2.4): tokens are grouped into mini-batches of ``b`` consecutive positions
 (counted from the start of the whole sequence, so a carried state continues a partial mini-batch).
 With ``W^m`` the weights at the start of mini-batch m, token i of the mini-batch is read with
 ``W_i = W^m - s_i * sum_{j<=i} lr_j grad l_j(W^m)`` (every gradient at ``W^m``), and the output is
 ``z_i = q_i + LN_h(f_res(q_i; W_i))``. At the end of a full mini-batch ``W^{m+1} = W_b``.
 
-State (spec §1.13, the ``TTTCache`` layout): a dict with ``"W1_states"`` ``[B, H, ...]`` (and ``b1``,
+State (the reference's ``TTTCache`` layout): a dict with ``"W1_states"`` ``[B, H, ...]`` (and ``b1``,
 ``W2``, ``b2`` for the MLP) = the weights at the last mini-batch boundary, ``"W1_grad"`` etc. = the
 running sums ``sum_j lr_j grad l_j(W_states)`` since that boundary (not yet scaled by ``s``), and
 ``"offset"`` (int) = the number of tokens consumed modulo ``b``. The weights that the last token was
@@ -32,7 +32,7 @@ in several calls with the state carried gives exactly the outputs of one call, a
 (the reference implementation only supports prefill from a boundary, then single tokens).
 
 Quirk reproduced on purpose: the TTT-MLP inner gradient uses the reference's analytic tanh-GELU
-derivative with its truncated constants ``0.79788456`` and ``0.1070322243`` (spec §1.5); the per-token
+derivative with its truncated constants ``0.79788456`` and ``0.1070322243`` (``gelu_bwd``); the per-token
 reference differentiates ``gelu(tanh)`` exactly with autograd, so the two differ by about 1e-12.
 
 Precision: float32/float64 inputs are computed in their own dtype; float16/bfloat16 in float32
@@ -122,7 +122,7 @@ def _reference(
 
 def _dual_layer(x, keys, g, lr_j, s_i, tril, w, b, acc_w, acc_b, has_acc: bool) -> Tensor:
     """``x W_i + b_i`` for every row i, with ``W_i = W - s_i (acc_W + sum_{j<=i} lr_j keys_j^T g_j)`` and
-    ``b_i = b - s_i (acc_b + sum_{j<=i} lr_j g_j)``, without materialising ``W_i`` (spec §1.8)."""
+    ``b_i = b - s_i (acc_b + sum_{j<=i} lr_j g_j)``, without materialising ``W_i`` (dual form, §2.5)."""
     attn = ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(~tril, 0.0)
     upd = attn @ g + torch.cumsum(lr_j.unsqueeze(-1) * g, dim=2)
     if has_acc:
@@ -304,24 +304,24 @@ def ttt_mlp(
 
 
 ttt_linear_reference.__doc__ = (
-    "Per-token primal TTT-Linear (spec §1.7): obviously correct, not fast.\n\n"
+    "Per-token primal TTT-Linear (Sun et al. 2024, §2.4): obviously correct, not fast.\n\n"
     "    Each token's inner gradient is taken with autograd (``torch.func.grad``) at the weights of its\n"
     "    mini-batch start; ``W_i = W^m - s_i * sum_{j<=i} lr_j grad_j`` is materialised per token.\n"
     + _ARGS_DOC.format(params=_LIN_PARAMS)
 )
 ttt_linear.__doc__ = (
-    "Mini-batch dual-form TTT-Linear (spec §1.8; what the reference runs for training and prefill).\n\n"
+    "Mini-batch dual-form TTT-Linear (Sun et al. 2024, §2.5; the reference's training/prefill path).\n\n"
     "    Per mini-batch: ``G = LNbwd(K W + b, V - K)``;\n"
     "    ``Z_i = Q W + b - s_i (sum_{j<=i} lr_j (q_i.k_j) g_j + sum_{j<=i} lr_j g_j)``;\n"
     "    never materialises the per-token weights. Differentiable by autograd.\n"
     + _ARGS_DOC.format(params=_LIN_PARAMS)
 )
 ttt_mlp_reference.__doc__ = (
-    "Per-token primal TTT-MLP (spec §1.7; inner gradient by autograd, exact tanh-GELU derivative).\n"
+    "Per-token primal TTT-MLP (Sun et al. 2024, §2.4; autograd inner gradient, exact tanh-GELU derivative).\n"
     + _ARGS_DOC.format(params=_MLP_PARAMS)
 )
 ttt_mlp.__doc__ = (
-    "Mini-batch dual-form TTT-MLP (spec §1.8).\n\n"
+    "Mini-batch dual-form TTT-MLP (Sun et al. 2024, §2.5).\n\n"
     "    The inner gradient uses the reference's analytic tanh-GELU derivative with its truncated\n"
     "    constants (bit-faithful to ttt-lm-pytorch); ``exact_gelu_grad=True`` uses the exact constants\n"
     "    instead (then it equals :func:`ttt_mlp_reference` to rounding).\n"

@@ -1,7 +1,7 @@
 """ACL recipe: metalearn an in-context continual learner, then evaluate it.
 
 ``train``: sequences of ``num_tasks`` few-shot tasks from the meta-training pools of ``data`` (FontGlyphs
-by default), ACL loss (ACL paper Eq. 6 generalised to T tasks, spec ``srwm_acl.md`` §4.2), Adam with
+by default), ACL loss (ACL paper §3, Eq. 6 generalised to T tasks), Adam with
 warm-up, periodic validation on the meta-validation classes, atomic best/latest checkpoints, resumable.
 ``evaluate``: few-shot accuracy and the in-context forgetting table on the held-out classes, and the
 5-task split benchmarks (Split-Digits, Split-FashionMNIST), written to ``results.json``,
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 def build_model(cfg: ACLConfig) -> InContextClassifier:
-    """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), spec §2."""
+    """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), §3."""
     return build_classifier(cfg.model, image_size=cfg.data.image_size, in_channels=cfg.data.channels)
 
 

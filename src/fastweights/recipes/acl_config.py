@@ -1,4 +1,4 @@
-"""Configuration of the ACL recipe (presets in ``configs/acl/*.yaml``).
+"""Configuration of the ACL recipe (presets in ``fastweights/configs/acl/*.yaml``).
 
 The sections reuse the shared configs: ``data`` is a :class:`~fastweights.data.registry.PoolConfig`
 (plus the Fashion-MNIST folder of the split benchmarks), ``model`` the classifier's
@@ -37,7 +37,7 @@ class TrainConfig(OptimConfig):
     k_shot: int = 5
     n_query: int = 1  # queries per class per task; each is an independent read of the state
     label_space: int = 0  # labels of a task are drawn from 0..label_space-1; 0 = model.num_classes
-    init_from: str = ""  # checkpoint whose model weights initialise this run (meta-finetuning, spec §4.4)
+    init_from: str = ""  # checkpoint whose model weights initialise this run (ACL paper's meta-finetuning)
     num_tasks: int = 2
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
     first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default

@@ -41,7 +41,7 @@ C = TypeVar("C")
 
 @dataclass
 class OptimConfig:
-    """Optimiser, schedule and loop fields shared by the few-shot and sequential recipes (spec §3.2:
+    """Optimiser, schedule and loop fields shared by the few-shot and sequential recipes (modern-srwm:
     Adam with betas (0.9, 0.995), eps 1e-9; warm-up then constant, or the reference's Noam schedule)."""
 
     batch_size: int = 16

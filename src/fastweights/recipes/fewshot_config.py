@@ -1,4 +1,4 @@
-"""Configuration of the few-shot recipe (presets in ``configs/fewshot/``).
+"""Configuration of the few-shot recipe (presets in ``fastweights/configs/fewshot/``).
 
 ``PoolConfig`` lives in :mod:`fastweights.data.registry` and the sequential recipe's config in
 :mod:`fastweights.recipes.sequential_config`; both are re-exported here for compatibility.

@@ -1,5 +1,5 @@
 """Recipe ``lm``: byte-level causal language modelling with TTT / attention / DeltaNet / SRWM mixers
-(Sun et al., arXiv 2407.04620; spec ``ttt_fla.md`` §1.10–§1.14, §2).
+(Sun et al., arXiv 2407.04620, §2.7 and §3).
 
 ``train`` → ``run_dir/{config.yaml, command.txt, metrics.jsonl, tensorboard/, checkpoints/}``;
 ``evaluate`` → ``results.json``, ``report.md``, ``plots/loss_by_position_{valid,test}.png`` (bits per

@@ -1,4 +1,4 @@
-"""Configuration of the language-modelling recipe (presets in ``configs/lm/``)."""
+"""Configuration of the language-modelling recipe (presets in ``fastweights/configs/lm/``)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class LMDataConfig:
 
 @dataclass
 class LMTrainConfig:
-    """AdamW + linear warm-up + cosine decay, gradient clipping (the TTT paper's recipe, spec
-    ``ttt_fla.md`` §1.12: betas (0.9, 0.95), weight decay 0.1 on all parameters, clip 1.0, warm-up 10%
+    """AdamW + linear warm-up + cosine decay, gradient clipping (the TTT paper's recipe, §3, as in
+    the ttt-lm-jax scripts: betas (0.9, 0.95), weight decay 0.1 on all parameters, clip 1.0, warm-up 10%
     of the steps, cosine to ``min_lr``)."""
 
     batch_size: int = 16  # windows per forward pass (micro-batch)

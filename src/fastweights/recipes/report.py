@@ -12,7 +12,7 @@ accuracies are fractions in [0, 1]; the report shows percentages)::
                                   "runs", "k_shot", "task_names", "chance"}}}
 
 Forgetting-table keys read "evaluated task | tasks learned, in order": ``"A|A->B"`` is the accuracy on
-task A after learning A then B (the in-context forgetting measure, spec ``srwm_acl.md`` §5.3).
+task A after learning A then B (the in-context forgetting measure, Irie et al. 2025, §4.1).
 Every top-level section is optional. Plots use matplotlib's object API with the Agg canvas (no
 pyplot, no global backend switch), so this module is safe to import anywhere.
 """

@@ -1,5 +1,5 @@
 """Sequential multi-task recipe: delayed-label in-context learning of two tasks from two domains in one
-stream (SRWM paper §4.2; spec ``srwm_acl.md`` §3.3, §5.2).
+stream (Irie et al. 2022, §4.2).
 
 ``train``: per step, one N-way K-shot task from each domain's meta-training pool, each trimmed at the
 end by a random ``0..max_trim`` demonstrations, concatenated in random order (per batch), delayed

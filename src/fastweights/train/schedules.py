@@ -14,7 +14,7 @@ def lr_multiplier(
     """Return ``f(step) -> multiplier of base_lr``.
 
     - ``"constant"``: linear warm-up over ``warmup_steps`` then constant.
-    - ``"noam"``: the reference's schedule (Vaswani et al. 2017; spec ``srwm_acl.md`` §3.2)
+    - ``"noam"``: the reference's schedule (Vaswani et al. 2017, §5.3, Eq. 3)
       ``lr(s) = d_model^-0.5 · min(s^-0.5, s · w^-1.5)`` (``base_lr`` is ignored; peak at ``s = w``).
 
     Raises:
@@ -32,7 +32,7 @@ def lr_multiplier(
 
 def warmup_cosine(*, warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
     """Linear warm-up from 0 over ``warmup_steps``, then cosine decay to ``min_ratio`` at ``total_steps``
-    (then constant): the TTT paper's schedule (spec ``ttt_fla.md`` §1.12; ``min_ratio = min_lr / lr``).
+    (then constant): the TTT paper's schedule (Sun et al. 2024, §3; ``min_ratio = min_lr / lr``).
     The multiplier for optimiser step ``s`` (0-based) is evaluated at ``s + 1``.
 
     Raises:

@@ -25,7 +25,7 @@ def resize_bilinear(images: np.ndarray, size: int) -> np.ndarray:
     """Resize uint8 ``[N, H, W]`` to ``[N, size, size]``, or channels-last RGB ``[N, H, W, 3]`` to
     ``[N, size, size, 3]``, image by image with :func:`resize_image` (about 10 µs per 28x28 image).
 
-    Spec ``srwm_acl.md`` §5.4/§5.5: ``Resize(32)`` before ``ToTensor``.
+    As automated-cl's MNIST transforms for the ACL paper: ``Resize(32)`` before ``ToTensor``.
     """
     n, h, w = images.shape[:3]
     if (h, w) == (size, size):

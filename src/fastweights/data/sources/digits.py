@@ -17,8 +17,8 @@ def load_digits_split(*, image_size: int = 32, seed: int = 0) -> SplitDataset:
     resized bilinearly (PIL) to ``image_size``. Split: stratified 50/50 with ``train_test_split(
     random_state=seed)`` -> 898 train (the demonstration pool) and 899 test images; ``mean``/``std``
     are the train pixel statistics. Images uint8 ``[N, image_size, image_size]``, labels int64 ``[N]``.
-    Source: the Split-Digits meta-test set of ``shared/notes/acl_cpu_calibration.md`` §1, used with
-    the split-benchmark protocol of spec ``srwm_acl.md`` §5.5. Raises ``ValueError`` on a bad
+    Source: the Split-Digits meta-test set of ``docs/results.md``, used with the Split-MNIST
+    protocol (Hsu et al. 2018). Raises ``ValueError`` on a bad
     ``image_size`` (int in [4, 512]) or ``seed`` (int >= 0).
     """
     from sklearn.datasets import load_digits

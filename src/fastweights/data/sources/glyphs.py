@@ -1,6 +1,6 @@
 """FontGlyphs: an Omniglot-like few-shot set of letters rendered from installed fonts.
 
-Design measured in ``shared/notes/acl_cpu_calibration.md`` §1: alphabet = script (from the Noto
+Design (measured numbers in ``docs/results.md``): alphabet = script (from the Noto
 font file name; Latin/Greek/Cyrillic from NotoSans/NotoSerif/DejaVu), class = a letter code point
 (Unicode Lu/Ll/Lt/Lo), examples = the glyph drawn by random "drawers" (font choice among up to 6
 fonts, stroke-width change, random affine map). Look-alike glyphs are removed with a 64-bit DCT
@@ -168,8 +168,8 @@ def load_font_glyphs(
     ``[C, examples_per_class, image_size, image_size]`` (white ink on black), ``class_names``
     (Unicode name and code point) and ``alphabets`` (script of each class); ``mean``/``std`` are the
     pixel statistics of the train images (``images / 255``) in all three pools. Source: the glyph set
-    measured in ``shared/notes/acl_cpu_calibration.md`` §1, an Omniglot-like substitute for the
-    Omniglot background/evaluation split (spec ``srwm_acl.md`` §6.2).
+    of ``docs/results.md``, an Omniglot-like substitute for the Omniglot background/evaluation split
+    (Lake et al. 2015).
 
     - Fonts: Noto ``.ttf``/``.otf`` files in ``font_dirs`` (default ``/usr/share/fonts/{truetype,
       opentype}/noto``) plus matplotlib's DejaVu fonts; at most ``max_classes_per_script`` classes

@@ -90,10 +90,10 @@ def load_idx_dataset(
     ``torchvision_name`` (e.g. ``"MNIST"``, ``"FashionMNIST"``), torchvision's
     ``folder/<torchvision_name>/raw``; the first folder holding all four is used. Images (uint8
     ``[N, 28, 28]`` for MNIST-like sets, white on black) are resized bilinearly to ``image_size`` (as
-    torchvision's ``Resize(32)`` in spec ``srwm_acl.md`` §5.4/§5.5); labels become int64;
+    torchvision's ``Resize(32)`` in automated-cl's MNIST transforms); labels become int64;
     ``num_classes = max label + 1``; ``mean``/``std`` are the train pixel statistics of the resized
     images. The default is Debian's ``dataset-fashion-mnist`` package (Split-FashionMNIST meta-test
-    set, ``shared/notes/acl_cpu_calibration.md`` §1).
+    set, ``docs/results.md``).
     Raises ``FileNotFoundError`` listing the expected files and the folders searched, ``ValueError`` on
     malformed files (see :func:`read_idx`), mismatched image/label counts or a bad ``image_size``.
     """

@@ -1,6 +1,6 @@
 """Mini-ImageNet (Vinyals et al. 2016) from a local folder, with the Ravi & Larochelle 2017 split.
 
-Two on-disk layouts are read (``ecosystem_data_metrics.md`` §3.2); nothing is ever downloaded:
+Two on-disk layouts are read (Vinyals et al. 2016; Ravi & Larochelle 2017 split); nothing is downloaded:
 
 - CSV + images: ``<root>/{train,val,test}.csv`` (header ``filename,label``, rows like
   ``n0153282900000005.jpg,n01532829``) and the JPEGs in ``<root>/images/``;

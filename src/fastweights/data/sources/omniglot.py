@@ -1,6 +1,6 @@
 """Omniglot (Lake et al. 2015) from a local folder, with the Vinyals et al. 2016 character split.
 
-Two on-disk layouts are read (``ecosystem_data_metrics.md`` §3.1, spec ``srwm_acl.md`` §6.2); nothing
+Two on-disk layouts are read (Lake et al. 2015's ``images_*`` folders, torchmeta's ``data.hdf5``); nothing
 is ever downloaded:
 
 - torchvision: ``<root>/omniglot-py/images_background/<alphabet>/<character>/*.png`` and
