@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fastweights.checks import check_betas, check_choice, check_choices, check_int, check_real
+from fastweights.checks import check_betas, check_choice, check_choices, check_device, check_int, check_real
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "3", True, None])
@@ -54,3 +54,11 @@ def test_check_betas(value):
     check_betas("adam_betas", (0.9, 0.995))
     with pytest.raises(ValueError, match=r"adam_betas: expected two numbers in \[0, 1\)"):
         check_betas("adam_betas", value)
+
+
+@pytest.mark.parametrize("value", ["mps", "gpu", "cuda:", "cuda:x", "", None, 0])
+def test_check_device(value):
+    for ok in ("auto", "cpu", "cuda", "cuda:1"):
+        check_device("device", ok)
+    with pytest.raises(ValueError, match=r"device: expected auto, cpu, cuda or cuda:N, got"):
+        check_device("device", value)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["check_int", "check_real", "check_choice", "check_choices", "check_betas"]
+__all__ = ["check_int", "check_real", "check_choice", "check_choices", "check_betas", "check_device"]
 
 
 def _is_int(value: Any) -> bool:
@@ -100,3 +100,17 @@ def check_betas(name: str, value: Any) -> None:
     pair = list(value) if isinstance(value, list | tuple) else None
     if pair is None or len(pair) != 2 or not all(_is_real(b) and 0 <= b < 1 for b in pair):
         raise ValueError(f"{name}: expected two numbers in [0, 1), got {value!r}")
+
+
+def check_device(name: str, value: Any) -> None:
+    """``value`` names a device the recipes can run on: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
+    (syntax only; whether CUDA is present is checked when a run starts).
+
+    Raises:
+        ValueError: naming ``name`` and the value given.
+    """
+    ok = isinstance(value, str) and (
+        value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())
+    )
+    if not ok:
+        raise ValueError(f"{name}: expected auto, cpu, cuda or cuda:N, got {value!r}")

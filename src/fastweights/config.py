@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "apply_overrides",
     "config_to_yaml",
     "config_from_yaml",
+    "load_run_config",
 ]
 
 T = TypeVar("T")
@@ -138,11 +139,44 @@ def load_config(cls: type[T], yaml_path: Path | None = None, overrides: list[str
         except OmegaConfBaseException as err:
             line = _key_line(node, str(getattr(err, "full_key", "") or ""))
             raise _config_error(err, f"config: {yaml_path}" + (f": line {line}" if line else "")) from err
-    try:
-        cfg = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as err:
-        raise _config_error(err) from err
+    cfg = _to_object(merged, f"config: {yaml_path}: " if yaml_path is not None else "")
     return apply_overrides(cfg, overrides or [])  # type: ignore[return-value]
+
+
+def _sections(node: Any, path: str = "") -> list[tuple[str, Any]]:
+    """The structured (dataclass) nodes below ``node``, deepest first, with their dotted paths."""
+    out: list[tuple[str, Any]] = []
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            child = node._get_node(key)
+            out += _sections(child, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, ListConfig):
+        for i in range(len(node)):
+            out += _sections(node._get_node(i), f"{path}[{i}]")
+    if path and isinstance(node, DictConfig) and is_dataclass(OmegaConf.get_type(node)):
+        out.append((path, node))
+    return out
+
+
+def _to_object(merged: Any, where: str = "") -> Any:
+    """``OmegaConf.to_object`` that runs the dataclasses' ``__post_init__`` checks section by section,
+    deepest first, so an error names its full key (``train.lr: expected …``, not ``lr: …``).
+
+    Raises:
+        ValueError: one line, prefixed with ``where`` (e.g. the YAML file).
+    """
+    try:
+        for path, node in _sections(merged):
+            try:
+                OmegaConf.to_object(node)
+            except ValueError as err:
+                raise ValueError(f"{where}{path}.{err}") from None
+        try:
+            return OmegaConf.to_object(merged)
+        except ValueError as err:
+            raise ValueError(f"{where}{err}") from None
+    except OmegaConfBaseException as err:
+        raise _config_error(err, f"{where}config" if not where else where.rstrip(": ")) from err
 
 
 def apply_overrides(cfg: T, overrides: list[str]) -> T:
@@ -157,9 +191,9 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
         raise ValueError(f"overrides: expected key=value items, got {bad}")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
         raise _config_error(err) from err
+    return _to_object(merged)  # type: ignore[no-any-return]
 
 
 def config_to_yaml(cfg: Any) -> str:
@@ -168,6 +202,31 @@ def config_to_yaml(cfg: Any) -> str:
 
 
 def config_from_yaml(cls: type[T], text: str) -> T:
-    """Inverse of :func:`config_to_yaml`."""
-    merged = OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.create(text))
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Inverse of :func:`config_to_yaml`.
+
+    Raises:
+        ValueError: one line, for YAML errors, unknown keys, wrong types or values the config refuses.
+    """
+    try:
+        loaded = OmegaConf.create(text)
+        merged = OmegaConf.merge(OmegaConf.structured(cls), loaded)
+    except (OmegaConfBaseException, yaml.YAMLError) as err:
+        raise _config_error(err) from err
+    return _to_object(merged)  # type: ignore[no-any-return]
+
+
+def load_run_config(cls: type[T], path: Path) -> T:
+    """The config of a run folder: ``path`` is its ``config.yaml``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: one line naming ``path`` (and the line) for a YAML error, an empty file, unknown keys
+            (e.g. the folder holds another recipe's run), wrong types or refused values.
+    """
+    loaded, node = _load_yaml_mapping(Path(path))
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(cls), loaded)
+    except OmegaConfBaseException as err:
+        line = _key_line(node, str(getattr(err, "full_key", "") or ""))
+        raise _config_error(err, f"config: {path}" + (f": line {line}" if line else "")) from err
+    return _to_object(merged, f"config: {path}: ")  # type: ignore[no-any-return]

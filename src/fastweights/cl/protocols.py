@@ -25,7 +25,9 @@ from fastweights.data.sources.base import SplitDataset
 from fastweights.data.streams import split_benchmark
 from fastweights.models.in_context import InContextClassifier
 
-__all__ = ["evaluate_task_pairs", "evaluate_split_benchmark", "FORGETTING_KEYS"]
+__all__ = ["evaluate_task_pairs", "evaluate_split_benchmark", "FORGETTING_KEYS", "SCENARIOS"]
+
+SCENARIOS = ("domain", "class")  # split-benchmark scenarios: domain- / class-incremental
 
 FORGETTING_KEYS = ("A|A", "B|A->B", "A|A->B", "B|B", "A|B->A", "B|B->A")
 
@@ -129,7 +131,7 @@ def evaluate_split_benchmark(
     Raises:
         ValueError: for an unknown ``scenario`` or a model with too few outputs.
     """
-    if scenario not in ("domain", "class"):
+    if scenario not in SCENARIOS:
         raise ValueError(f"scenario: expected 'domain' or 'class', got {scenario!r}")
     was_training = model.training
     model.eval()

@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from fastweights.checks import check_int
 from fastweights.cl.objective import TaskTensors, embed_tasks, synthetic_feature_tasks
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.models.in_context import InContextClassifier
@@ -31,6 +32,11 @@ class CurriculumStage:
     until_step: int = 0
     n_way: int = 2
     k_shot: int = 1
+
+    def __post_init__(self) -> None:
+        check_int("until_step", self.until_step, low=0)
+        check_int("n_way", self.n_way)
+        check_int("k_shot", self.k_shot)
 
 
 class TaskSchedule(Protocol):

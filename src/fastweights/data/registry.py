@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from fastweights.checks import check_choice, check_int
+
 from .sources.base import ClassPool, SplitDataset
 from .sources.cifar import load_cifar10, load_cifar100_pools
 from .sources.digits import load_digits_split
@@ -155,6 +157,18 @@ class PoolConfig:
     max_scripts: int | None = None
     seed: int = 0
     cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("source", self.source, CLASS_POOLS + SPLIT_DATASETS)
+        if self.root is not None and not str(self.root).strip():
+            raise ValueError("root: expected a folder path or null, got ''")
+        check_int("image_size", self.image_size, low=8, high=512)
+        check_choice("channels", self.channels, (1, 3))
+        check_int("examples_per_class", self.examples_per_class)
+        check_int("max_classes_per_script", self.max_classes_per_script)
+        if self.max_scripts is not None:
+            check_int("max_scripts", self.max_scripts)
+        check_int("seed", self.seed, low=0)
 
 
 def _as_rgb(pool: ClassPool) -> ClassPool:

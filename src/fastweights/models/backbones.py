@@ -7,7 +7,9 @@ from torch import Tensor, nn
 from fastweights.layers.base import check_input_dtype
 from fastweights.ops._common import check_finite, check_positive_int, describe
 
-__all__ = ["Conv4"]
+__all__ = ["Conv4", "NORMS"]
+
+NORMS = ("instance", "batch", "none")  # the normalisations of Conv4's blocks
 
 
 def _norm(kind: str, channels: int) -> nn.Module:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastweights.models.backbones import Conv4
+from fastweights.checks import check_choice, check_int, check_real
+from fastweights.layers import SEQUENCE_LAYERS
+from fastweights.models.backbones import NORMS, Conv4
 from fastweights.models.in_context import InContextClassifier
 
-__all__ = ["ClassifierConfig", "build_classifier"]
+__all__ = ["ClassifierConfig", "build_classifier", "check_label_space"]
 
 
 @dataclass
@@ -28,6 +30,34 @@ class ClassifierConfig:
     channels: int = 32
     norm: str = "instance"
     pool_before_norm: bool = False
+
+    def __post_init__(self) -> None:
+        """Check every field without building a model (``ValueError`` naming the field)."""
+        check_choice("sequence_layer", self.sequence_layer, SEQUENCE_LAYERS)
+        for name in ("num_classes", "d_model", "num_layers", "num_heads", "ff_factor", "channels"):
+            check_int(name, getattr(self, name))
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model: expected a multiple of num_heads={self.num_heads}, got {self.d_model}"
+            )
+        check_real("dropout", self.dropout, 0, 1, high_open=True)
+        check_real("vision_dropout", self.vision_dropout, 0, 1, high_open=True)
+        check_choice("norm", self.norm, NORMS)
+
+
+def check_label_space(num_classes: int, ways: dict[str, list[int]]) -> None:
+    """Every ``n_way`` a recipe asks for fits the classifier's ``num_classes`` outputs.
+
+    Args:
+        ways: config key → the n_way values it sets (e.g. ``{"train.n_way": [5]}``).
+
+    Raises:
+        ValueError: naming the first key whose value exceeds ``model.num_classes``.
+    """
+    for key, values in ways.items():
+        if any(w > num_classes for w in values):
+            got = values[0] if len(values) == 1 else values
+            raise ValueError(f"{key}: expected <= model.num_classes={num_classes}, got {got}")
 
 
 def build_classifier(m: ClassifierConfig, *, image_size: int, in_channels: int = 1) -> InContextClassifier:

@@ -104,6 +104,9 @@ class LMConfig:
     dropout: float = 0.0
     mixer_options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> LMConfig:
         """Check every field; returns ``self``.
 

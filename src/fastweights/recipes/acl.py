@@ -76,17 +76,6 @@ def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, dev
     return out
 
 
-def _check(cfg: ACLConfig) -> None:
-    t = cfg.train
-    if t.num_tasks < 1:
-        raise ValueError(f"train.num_tasks: expected >= 1, got {t.num_tasks}")
-    if max([t.n_way, t.label_space] + [s.n_way for s in t.curriculum]) > cfg.model.num_classes:
-        raise ValueError(
-            f"train.n_way / train.label_space / curriculum n_way: expected <= model.num_classes="
-            f"{cfg.model.num_classes}, got {t.n_way} / {t.label_space} / {[s.n_way for s in t.curriculum]}"
-        )
-
-
 @locks_run_dir
 def train(
     cfg: ACLConfig,
@@ -112,9 +101,7 @@ def train(
         RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: if ``num_tasks * n_way`` exceeds the meta-training classes (from the sampler).
     """
-    run = start_run(
-        cfg, run_dir, resume=resume, command=command, check=_check, overrides=overrides, force=force
-    )
+    run = start_run(cfg, run_dir, resume=resume, command=command, overrides=overrides, force=force)
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     pools = load_glyph_pools(cfg.data)

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fastweights.checks import check_choices, check_device, check_int, check_real
+from fastweights.cl.protocols import SCENARIOS
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import FASHION_MNIST_DEBIAN, PoolConfig
-from fastweights.models.classifier_config import ClassifierConfig
+from fastweights.models.classifier_config import ClassifierConfig, check_label_space
 from fastweights.recipes.common import OptimConfig
 
 __all__ = ["ACLConfig", "DataConfig", "ModelConfig", "TrainConfig", "EvalConfig", "CurriculumStage"]
 
 ModelConfig = ClassifierConfig  # the classifier's config (kept under its old name)
+SPLIT_BENCHMARKS = ("digits", "fashion_mnist")  # eval.split_benchmarks: Split-Digits, Split-FashionMNIST
 
 
 @dataclass
@@ -45,6 +48,13 @@ class TrainConfig(OptimConfig):
     val_episodes: int = 100
     curriculum: list[CurriculumStage] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("n_way", "k_shot", "n_query", "num_tasks"):
+            check_int(name, getattr(self, name))
+        check_int("label_space", self.label_space, low=0)
+        check_real("online_weight", self.online_weight, 0)
+
 
 @dataclass
 class EvalConfig:
@@ -59,6 +69,14 @@ class EvalConfig:
     batch_size: int = 50
     seed: int = 1234
 
+    def __post_init__(self) -> None:
+        for name in ("fewshot_episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot"):
+            check_int(name, getattr(self, name))
+        check_int("batch_size", self.batch_size)
+        check_int("seed", self.seed, low=0)
+        check_choices("split_benchmarks", self.split_benchmarks, SPLIT_BENCHMARKS, nonempty=False)
+        check_choices("scenarios", self.scenarios, SCENARIOS)
+
 
 @dataclass
 class ACLConfig:
@@ -68,3 +86,17 @@ class ACLConfig:
     model: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        """Checks across sections (each section checks its own fields)."""
+        check_device("device", self.device)
+        t = self.train
+        check_label_space(
+            self.model.num_classes,
+            {
+                "train.n_way": [t.n_way],
+                "train.label_space": [t.label_space],
+                "train.curriculum n_way": [s.n_way for s in t.curriculum],
+                "eval.n_way": [self.eval.n_way],
+            },
+        )

@@ -13,12 +13,13 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from fastweights.config import apply_overrides, config_from_yaml, config_to_yaml
+from fastweights.checks import check_betas, check_choice, check_int, check_real
+from fastweights.config import apply_overrides, config_to_yaml, load_run_config
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import LoopSettings, fit, numpy_rng_state
 from fastweights.train.run_folder import RunFolderError, folder_contents, holds_lock, remove_stale_temporaries
-from fastweights.train.schedules import lr_multiplier
+from fastweights.train.schedules import SCHEDULES, lr_multiplier
 
 __all__ = [
     "OptimConfig",
@@ -60,6 +61,19 @@ class OptimConfig:
     checkpoint_every_steps: int = 100
     seed: int = 1
     threads: int = 0  # 0 = torch default
+
+    def __post_init__(self) -> None:
+        """Check every field (``ValueError`` naming it; the config loader adds the section)."""
+        for name in ("batch_size", "val_every_steps", "val_episodes", "checkpoint_every_steps"):
+            check_int(name, getattr(self, name))
+        for name in ("warmup_steps", "synthetic_steps", "max_steps", "seed", "threads"):
+            check_int(name, getattr(self, name), low=0)
+        check_real("lr", self.lr, 0)  # 0 freezes the weights (e.g. to evaluate a loaded model)
+        check_real("adam_eps", self.adam_eps, 0, low_open=True)
+        check_betas("adam_betas", self.adam_betas)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        for name in ("grad_clip", "synthetic_noise", "max_minutes"):
+            check_real(name, getattr(self, name), 0)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -197,7 +211,7 @@ def prepare_run(
                 "checkpoints/latest.pt to continue from; restarting would mix two runs (pass --force "
                 "without --resume to start over, or choose another folder)"
             )
-        cfg = _resume_overrides(config_from_yaml(type(cfg), config_path.read_text()), overrides, run_dir)
+        cfg = _resume_overrides(_run_config(config_path, type(cfg)), overrides, run_dir)
     elif markers and not force:
         raise FileExistsError(
             f"run_dir: {run_dir} already holds a run ({', '.join(markers)}); pass --resume to continue it, "
@@ -238,7 +252,7 @@ def load_run(
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
         raise FileNotFoundError(f"run_dir: expected {run_dir}/config.yaml (a folder written by `train`)")
-    cfg = config_from_yaml(config_cls, (run_dir / "config.yaml").read_text())
+    cfg = _run_config(run_dir / "config.yaml", config_cls)
     if overrides:
         cfg = apply_overrides(cfg, overrides)
     ckpt = CheckpointManager(run_dir)
@@ -248,6 +262,32 @@ def load_run(
         hint = f"; {other}.pt exists: pass --checkpoint {other}" if ckpt.exists(other) else ""  # type: ignore[arg-type]
         raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints{hint}")
     return cfg, state
+
+
+def _run_config(path: Path, config_cls: type) -> Any:
+    """The run folder's config; when it does not load as ``config_cls`` but as another registered
+    recipe's config, the error says which recipe wrote the run.
+
+    Raises:
+        ValueError: one line naming ``path``.
+    """
+    from fastweights.recipes.contract import RECIPES, get_recipe
+
+    try:
+        return load_run_config(config_cls, path)
+    except ValueError as err:
+        for name in RECIPES:
+            other = get_recipe(name)
+            if other.CONFIG is config_cls:
+                continue
+            try:
+                load_run_config(other.CONFIG, path)
+            except ValueError:
+                continue
+            raise ValueError(
+                f"config: {path} holds a `{name}` run, not one of this recipe; use `fastweights {name} …`"
+            ) from None
+        raise err
 
 
 def run_summary(

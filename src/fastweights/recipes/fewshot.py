@@ -45,15 +45,6 @@ def build_model(cfg: FewShotConfig) -> InContextClassifier:
     return build_classifier(cfg.model, image_size=cfg.data.image_size, in_channels=cfg.data.channels)
 
 
-def _check(cfg: FewShotConfig) -> None:
-    ways = [cfg.train.n_way] + [s.n_way for s in cfg.train.curriculum]
-    if max(ways) > cfg.model.num_classes:
-        raise ValueError(
-            f"train.n_way / curriculum n_way: expected <= model.num_classes={cfg.model.num_classes}, "
-            f"got {ways}"
-        )
-
-
 @locks_run_dir
 def train(
     cfg: FewShotConfig,
@@ -75,9 +66,7 @@ def train(
         RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: for ``n_way`` above the model's outputs or the pools' class counts.
     """
-    run = start_run(
-        cfg, run_dir, resume=resume, command=command, check=_check, overrides=overrides, force=force
-    )
+    run = start_run(cfg, run_dir, resume=resume, command=command, overrides=overrides, force=force)
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     pools = load_pools_for(cfg.data)

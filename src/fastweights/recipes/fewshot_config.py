@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fastweights.checks import check_device, check_int
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import PoolConfig
-from fastweights.models.classifier_config import ClassifierConfig
+from fastweights.models.classifier_config import ClassifierConfig, check_label_space
 from fastweights.recipes.common import OptimConfig
 from fastweights.recipes.sequential_config import (
     SequentialConfig,
@@ -38,6 +39,11 @@ class FewShotTrainConfig(OptimConfig):
     # in-context-learning plateau sooner), then the target n_way/k_shot
     curriculum: list[CurriculumStage] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("n_way", "k_shot", "n_query"):
+            check_int(name, getattr(self, name))
+
 
 @dataclass
 class FewShotEvalConfig:
@@ -45,6 +51,11 @@ class FewShotEvalConfig:
     runs: int = 5
     batch_size: int = 50
     seed: int = 1234
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "runs", "batch_size"):
+            check_int(name, getattr(self, name))
+        check_int("seed", self.seed, low=0)
 
 
 @dataclass
@@ -55,3 +66,14 @@ class FewShotConfig:
     model: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: FewShotTrainConfig = field(default_factory=FewShotTrainConfig)
     eval: FewShotEvalConfig = field(default_factory=FewShotEvalConfig)
+
+    def __post_init__(self) -> None:
+        """Checks across sections (each section checks its own fields)."""
+        check_device("device", self.device)
+        check_label_space(
+            self.model.num_classes,
+            {
+                "train.n_way": [self.train.n_way],
+                "train.curriculum n_way": [s.n_way for s in self.train.curriculum],
+            },
+        )

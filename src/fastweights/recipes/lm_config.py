@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fastweights.checks import check_betas, check_choices, check_device, check_int, check_real
+from fastweights.data.sources.text import VOCAB_SIZE
 from fastweights.models.lm import LMConfig
 
 __all__ = ["LMRecipeConfig", "LMDataConfig", "LMTrainConfig", "LMEvalConfig"]
@@ -20,6 +22,17 @@ class LMDataConfig:
     valid_fraction: float = 0.05
     test_fraction: float = 0.05
     cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.path is not None and not str(self.path).strip():
+            raise ValueError("path: expected a UTF-8 text file, a folder of text files or null, got ''")
+        check_real("valid_fraction", self.valid_fraction, 0, 1, low_open=True, high_open=True)
+        check_real("test_fraction", self.test_fraction, 0, 1, low_open=True, high_open=True)
+        if self.valid_fraction + self.test_fraction >= 1:
+            raise ValueError(
+                f"valid_fraction: expected valid_fraction + test_fraction < 1, got "
+                f"{self.valid_fraction} + {self.test_fraction}"
+            )
 
 
 @dataclass
@@ -46,6 +59,29 @@ class LMTrainConfig:
     threads: int = 0  # 0 = torch default
     tensorboard: bool = True
 
+    def __post_init__(self) -> None:
+        for name in (
+            "batch_size",
+            "accumulation_steps",
+            "seq_len",
+            "val_every_steps",
+            "val_windows",
+            "checkpoint_every_steps",
+        ):
+            check_int(name, getattr(self, name))
+        for name in ("max_steps", "seed", "threads"):
+            check_int(name, getattr(self, name), low=0)
+        check_real("lr", self.lr, 0, low_open=True)
+        check_real("min_lr", self.min_lr, 0, self.lr)
+        check_real("warmup_fraction", self.warmup_fraction, 0, 1, high_open=True)
+        check_real("weight_decay", self.weight_decay, 0)
+        check_betas("adam_betas", self.adam_betas)
+        check_real("grad_clip", self.grad_clip, 0)
+        check_real("max_minutes", self.max_minutes, 0)
+
+
+SPLITS = ("train", "valid", "test")  # the corpus cuts (data.sources.text.split_corpus)
+
 
 @dataclass
 class LMEvalConfig:
@@ -57,6 +93,12 @@ class LMEvalConfig:
     windows: int = 256
     batch_size: int = 16
 
+    def __post_init__(self) -> None:
+        check_choices("splits", self.splits, SPLITS)
+        check_int("seq_len", self.seq_len, low=0)
+        check_int("windows", self.windows)
+        check_int("batch_size", self.batch_size)
+
 
 @dataclass
 class LMRecipeConfig:
@@ -66,3 +108,12 @@ class LMRecipeConfig:
     data: LMDataConfig = field(default_factory=LMDataConfig)
     train: LMTrainConfig = field(default_factory=LMTrainConfig)
     eval: LMEvalConfig = field(default_factory=LMEvalConfig)
+
+    def __post_init__(self) -> None:
+        """Checks across sections (each section checks its own fields; ``model`` is validated by
+        :class:`LMConfig` itself, without building a model)."""
+        check_device("device", self.device)
+        if self.model.vocab_size != VOCAB_SIZE:
+            raise ValueError(
+                f"model.vocab_size: expected {VOCAB_SIZE} (byte-level tokens), got {self.model.vocab_size}"
+            )

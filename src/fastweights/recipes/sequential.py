@@ -46,21 +46,8 @@ MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 def build_model(cfg: SequentialConfig) -> InContextClassifier:
     """The in-context classifier of ``cfg.model`` (both domains share image size and channels)."""
-    a, b = cfg.domain_a, cfg.domain_b
-    if (a.image_size, a.channels) != (b.image_size, b.channels):
-        raise ValueError(
-            f"domain_b: expected image_size/channels {a.image_size}/{a.channels} like domain_a, "
-            f"got {b.image_size}/{b.channels}"
-        )
+    a = cfg.domain_a  # the config checks that domain_b's images have the same format
     return build_classifier(cfg.model, image_size=a.image_size, in_channels=a.channels)
-
-
-def _check(cfg: SequentialConfig) -> None:
-    t = cfg.train
-    if t.n_way > cfg.model.num_classes:
-        raise ValueError(f"train.n_way: expected <= model.num_classes={cfg.model.num_classes}, got {t.n_way}")
-    if not 0 <= t.max_trim < t.n_way * t.k_shot:
-        raise ValueError(f"train.max_trim: expected 0..{t.n_way * t.k_shot - 1}, got {t.max_trim}")
 
 
 @locks_run_dir
@@ -82,9 +69,7 @@ def train(
         RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: for a bad ``n_way``/``max_trim`` or domains with different image formats.
     """
-    run = start_run(
-        cfg, run_dir, resume=resume, command=command, check=_check, overrides=overrides, force=force
-    )
+    run = start_run(cfg, run_dir, resume=resume, command=command, overrides=overrides, force=force)
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     model = build_model(cfg).to(device)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-__all__ = ["lr_multiplier", "warmup_cosine"]
+__all__ = ["SCHEDULES", "lr_multiplier", "warmup_cosine"]
+
+SCHEDULES = ("constant", "noam")  # the names lr_multiplier accepts
 
 
 def lr_multiplier(
