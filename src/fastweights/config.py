@@ -189,9 +189,21 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ValueError(f"overrides: expected key=value items, got {bad}")
+    empty = [o.split("=", 1)[0] for o in overrides if not o.split("=", 1)[1].strip()]
+    if empty:  # OmegaConf would read `key=` as null: make the user say so
+        raise ValueError(
+            f"{empty[0]}: expected a value after '=', got nothing (write {empty[0]}=null for none)"
+        )
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as err:
+        if getattr(err, "full_key", None):
+            raise _config_error(err) from err
+        for item in overrides:  # OmegaConf did not say which key: find the override that fails alone
+            try:
+                OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist([item]))
+            except OmegaConfBaseException:
+                raise _config_error(err, f"config: {item.split('=', 1)[0]}") from err
         raise _config_error(err) from err
     return _to_object(merged)  # type: ignore[no-any-return]
 

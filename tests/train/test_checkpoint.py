@@ -152,3 +152,24 @@ def test_unrelated_runtime_errors_are_not_disguised(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", failing_save)
     with pytest.raises(RuntimeError, match="something else"):
         CheckpointManager(tmp_path).save({"step": 2}, is_best=False)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero", "flip"])
+def test_verify_finds_damage_without_loading(tmp_path, damage):
+    ckpt = CheckpointManager(tmp_path)
+    ckpt.save({"model": {"w": torch.arange(4096.0)}, "step": 3}, is_best=True)
+    ckpt.verify("latest")  # intact
+    p = ckpt.path("latest")
+    data = bytearray(p.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "zero":
+        data = bytearray(len(data))
+    else:  # one flipped byte inside the tensor data: only the CRC shows it
+        i = data.find(bytes(torch.arange(4096.0).numpy().tobytes()[:64]))
+        assert i > 0
+        data[i + 100] ^= 0xFF
+    p.write_bytes(bytes(data))
+    with pytest.raises(RunFolderError, match=r"latest\.pt is damaged.*best\.pt exists and reads fine"):
+        ckpt.verify("latest")
+    CheckpointManager(tmp_path / "none").verify("latest")  # a missing file is not damage

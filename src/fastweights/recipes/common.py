@@ -17,7 +17,7 @@ from fastweights.checks import check_betas, check_choice, check_int, check_real
 from fastweights.config import apply_overrides, config_to_yaml, load_run_config
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.loop import LoopSettings, fit, numpy_rng_state
+from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, resume_fallback_hint
 from fastweights.train.run_folder import RunFolderError, folder_contents, holds_lock, remove_stale_temporaries
 from fastweights.train.schedules import SCHEDULES, lr_multiplier
 
@@ -120,7 +120,17 @@ def loop_settings(o: Any) -> LoopSettings:
 
 
 #: config keys a ``--resume key=value`` may change (``eval.*``: every key of the eval section)
-RESUME_OVERRIDABLE = ("train.max_steps", "train.max_minutes", "train.threads", "device", "eval.*")
+RESUME_OVERRIDABLE = (
+    "train.max_steps",
+    "train.max_minutes",
+    "train.threads",
+    "device",
+    "eval.*",
+    # where decoded data is cached does not change what is trained on
+    "data.cache_dir",
+    "domain_a.cache_dir",
+    "domain_b.cache_dir",
+)
 
 
 def _resume_overrides(cfg: C, overrides: list[str] | None, run_dir: Path) -> C:
@@ -211,6 +221,7 @@ def prepare_run(
                 "checkpoints/latest.pt to continue from; restarting would mix two runs (pass --force "
                 "without --resume to start over, or choose another folder)"
             )
+        ckpt.verify("latest", fallback_hint=resume_fallback_hint(ckpt))  # before anything is written
         cfg = _resume_overrides(_run_config(config_path, type(cfg)), overrides, run_dir)
     elif markers and not force:
         raise FileExistsError(
@@ -320,14 +331,16 @@ def run_summary(
 
 @dataclass
 class RecipeRun:
-    """What a recipe's ``train`` needs after :func:`start_run`: the (reloaded) config, the device and the
-    two random streams the loop checkpoints (episode sampling and the synthetic stage)."""
+    """What a recipe's ``train`` needs after :func:`start_run`: the (reloaded) config, the device, the
+    two random streams the loop checkpoints (episode sampling and the synthetic stage) and the data
+    ``load_data`` returned."""
 
     cfg: Any
     run_dir: Path
     device: torch.device
     rng: np.random.Generator
     synthetic: torch.Generator
+    data: Any = None
 
 
 def start_run(
@@ -336,19 +349,25 @@ def start_run(
     *,
     resume: bool,
     command: str | None,
-    check: Callable[[Any], None] | None = None,
+    load_data: Callable[[Any], Any] | None = None,
     overrides: list[str] | None = None,
     force: bool = False,
 ) -> RecipeRun:
-    """:func:`prepare_run` (``check`` + the device and loop settings are validated before anything is
-    written; ``overrides`` and ``force`` as there), then threads, device and seeds from ``cfg.train``."""
+    """:func:`prepare_run` (``overrides`` and ``force`` as there), then threads, device and seeds from
+    ``cfg.train``.
+
+    Before anything is written, the device and loop settings are checked and ``load_data(cfg)`` (the
+    recipe's data: pools, corpus) runs with the final config, so a missing or bad data folder leaves no
+    run folder behind; its result is :attr:`RecipeRun.data`.
+    """
     run_dir = Path(run_dir)
+    loaded: list[Any] = [None]
 
     def check_all(c: Any) -> None:
         resolve_device(c.device)
         loop_settings(c.train)
-        if check is not None:
-            check(c)
+        if load_data is not None:
+            loaded[0] = load_data(c)
 
     cfg = prepare_run(
         cfg, run_dir, resume=resume, command=command, check=check_all, overrides=overrides, force=force
@@ -363,6 +382,7 @@ def start_run(
         resolve_device(cfg.device),
         np.random.default_rng(t.seed),
         torch.Generator().manual_seed(t.seed),
+        loaded[0],
     )
 
 

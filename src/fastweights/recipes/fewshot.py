@@ -66,10 +66,17 @@ def train(
         RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: for ``n_way`` above the model's outputs or the pools' class counts.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command, overrides=overrides, force=force)
-    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
+    run = start_run(
+        cfg,
+        run_dir,
+        resume=resume,
+        command=command,
+        overrides=overrides,
+        force=force,
+        load_data=lambda c: load_pools_for(c.data),
+    )
+    cfg, device, rng, synth_gen, pools = run.cfg, run.device, run.rng, run.synthetic, run.data
     t = cfg.train
-    pools = load_pools_for(cfg.data)
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
     model = build_model(cfg).to(device)

@@ -64,7 +64,10 @@ def load_splits(cfg: LMRecipeConfig) -> tuple[str, dict[str, torch.Tensor]]:
     return name, split_corpus(data, valid_fraction=d.valid_fraction, test_fraction=d.test_fraction)
 
 
-def _check_data(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
+def _train_data(cfg: LMRecipeConfig) -> dict[str, torch.Tensor]:
+    """The corpus cuts, checked to be long enough for ``train.seq_len`` (run before the run folder is
+    written)."""
+    _, splits = load_splits(cfg)
     t = cfg.train
     for split in ("train", "valid"):
         if len(splits[split]) < t.seq_len + 1:
@@ -72,6 +75,7 @@ def _check_data(cfg: LMRecipeConfig, splits: dict[str, torch.Tensor]) -> None:
                 f"train.seq_len: the {split} cut has {len(splits[split])} bytes, fewer than seq_len + 1 = "
                 f"{t.seq_len + 1}; use a shorter seq_len or a larger corpus (data.path)"
             )
+    return splits
 
 
 def _tokens_per_step(cfg: LMRecipeConfig) -> int:
@@ -116,12 +120,18 @@ def train(
         ValueError: for bad train/model fields or a corpus too short for ``train.seq_len``.
         FileNotFoundError: if ``data.path`` does not exist.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command, overrides=overrides, force=force)
-    cfg, device = run.cfg, run.device
+    run = start_run(
+        cfg,
+        run_dir,
+        resume=resume,
+        command=command,
+        overrides=overrides,
+        force=force,
+        load_data=_train_data,
+    )
+    cfg, device, splits = run.cfg, run.device, run.data
     t = cfg.train
     model = build_model(cfg).to(device)
-    _, splits = load_splits(cfg)
-    _check_data(cfg, splits)
     val = eval_windows(splits["valid"], t.seq_len, t.val_windows)
     gen = torch.Generator().manual_seed(t.seed)
 

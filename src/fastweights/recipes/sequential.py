@@ -41,6 +41,7 @@ __all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + e
 
 NAME = "sequential"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = SequentialConfig
+DOMAINS = ("domain_a", "domain_b")  # the config sections of the two domains
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 
@@ -69,15 +70,21 @@ def train(
         RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
         ValueError: for a bad ``n_way``/``max_trim`` or domains with different image formats.
     """
-    run = start_run(cfg, run_dir, resume=resume, command=command, overrides=overrides, force=force)
+    run = start_run(
+        cfg,
+        run_dir,
+        resume=resume,
+        command=command,
+        overrides=overrides,
+        force=force,
+        load_data=lambda c: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)],
+    )
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     model = build_model(cfg).to(device)
-    pools = {
-        id(d): load_pools_for(d, key) for key, d in zip(("domain_a", "domain_b"), _domains(cfg), strict=True)
-    }
-    train_samplers = [EpisodeSampler(pools[id(d)]["train"], rotations=d.rotations) for d in _domains(cfg)]
-    val_samplers = [EpisodeSampler(pools[id(d)]["val"]) for d in _domains(cfg)]
+    domains = list(zip(_domains(cfg), run.data, strict=True))
+    train_samplers = [EpisodeSampler(pools["train"], rotations=d.rotations) for d, pools in domains]
+    val_samplers = [EpisodeSampler(pools["val"]) for _, pools in domains]
 
     source = TaskSource(train_samplers, t, rng, synth_gen, label_space=cfg.model.num_classes)
 
@@ -143,8 +150,7 @@ def evaluate(
     t0 = time.monotonic()
     names = [d.source for d in _domains(cfg)]
     samplers = [
-        EpisodeSampler(load_pools_for(d, key)["test"])
-        for key, d in zip(("domain_a", "domain_b"), _domains(cfg), strict=True)
+        EpisodeSampler(load_pools_for(d, key)["test"]) for key, d in zip(DOMAINS, _domains(cfg), strict=True)
     ]
     e, t = cfg.eval, cfg.train
     orders = {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import warnings
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +54,21 @@ def _read(path: Path, map_location: Any) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise _Damaged(f"expected a checkpoint dict, found {type(state).__name__}")
     return state
+
+
+def _check_archive(path: Path) -> None:
+    """Raise :class:`_Damaged` unless ``path`` is an intact ``torch.save`` zip archive (every member's
+    CRC checked; reads the file once, unpickles nothing)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except PermissionError as err:
+        raise RunFolderError(f"checkpoint: cannot read {path} ({err.strerror or err})") from None
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise _Damaged(f"{type(err).__name__}: {first}" if first else type(err).__name__) from None
+    if bad is not None:
+        raise _Damaged(f"member {bad} fails its CRC check")
 
 
 class CheckpointManager:
@@ -153,7 +169,31 @@ class CheckpointManager:
         try:
             return _read(p, map_location)
         except _Damaged as err:
-            damage = str(err)
+            self._raise_damaged(which, str(err), fallback_hint)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def verify(
+        self, which: Which = "latest", *, fallback_hint: Callable[[str, Path], str] | None = None
+    ) -> None:
+        """Check that the ``which`` checkpoint is an intact archive without loading it (a resume checks
+        ``latest.pt`` this way before it writes anything into the run folder).
+
+        Raises:
+            RunFolderError: as :meth:`load` for a damaged or unreadable file (a missing file is fine).
+        """
+        p = self.path(which)
+        if not p.is_file():
+            return
+        try:
+            _check_archive(p)
+        except _Damaged as err:
+            self._raise_damaged(which, str(err), fallback_hint)
+
+    def _raise_damaged(
+        self, which: Which, damage: str, fallback_hint: Callable[[str, Path], str] | None
+    ) -> None:
+        """The one error of a damaged checkpoint: which file, what is wrong, and whether the other reads."""
+        p = self.path(which)
         other = "best" if which == "latest" else "latest"
         op = self.path(other)
         if not op.is_file():

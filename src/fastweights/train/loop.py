@@ -37,7 +37,7 @@ from fastweights.io import JsonlLogger
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from fastweights.train.run_folder import RunFolderError
 
-__all__ = ["LoopSettings", "fit", "numpy_rng_state"]
+__all__ = ["LoopSettings", "fit", "numpy_rng_state", "resume_fallback_hint"]
 
 # what a checkpoint needs to be resumed (an `acl export` slim copy has only the model)
 _RESUME_KEYS = ("model", "optimizer", "scheduler", "step", "elapsed_seconds", "best", "rng", "extra")
@@ -74,6 +74,11 @@ class LoopSettings:
         for name in ("max_steps", "max_minutes", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name}: expected >= 0, got {getattr(self, name)}")
+
+
+def resume_fallback_hint(ckpt: CheckpointManager) -> Callable[[str, Path], str]:
+    """The advice when ``latest.pt`` is damaged on resume and ``best.pt`` reads."""
+    return lambda _, p: f"to resume from it, copy it over {ckpt.path('latest')}"
 
 
 def numpy_rng_state(rng: np.random.Generator) -> tuple[Callable[[], Any], Callable[[Any], None]]:
@@ -256,11 +261,7 @@ def _load_resumable(ckpt: CheckpointManager, map_location: Any) -> dict[str, Any
     Raises:
         RunFolderError: if it is damaged (saying whether ``best.pt`` can stand in) or lacks resume state.
     """
-    state = ckpt.load(
-        "latest",
-        map_location=map_location,
-        fallback_hint=lambda _, p: f"to resume from it, copy it over {ckpt.path('latest')}",
-    )
+    state = ckpt.load("latest", map_location=map_location, fallback_hint=resume_fallback_hint(ckpt))
     if state is None:
         return None
     missing = [k for k in _RESUME_KEYS if k not in state]
