@@ -123,6 +123,15 @@ CASES = [
     Case("acl-split_runs-0", [*ACL_NEW, "eval.split_runs=0"], r"eval\.split_runs"),
     Case("acl-scenario-unknown", [*ACL_NEW, "eval.scenarios=[task]"], r"eval\.scenarios"),
     Case("acl-benchmark-unknown", [*ACL_NEW, "eval.split_benchmarks=[cifar100]"], r"eval\.split_benchmarks"),
+    Case(
+        "acl-init_from-missing", [*ACL_NEW, "train.init_from={root}/none.pt"], r"train\.init_from.*none\.pt"
+    ),
+    Case(
+        "acl-init_from-damaged",
+        [*ACL_NEW, "train.init_from={root}/bad.pt"],
+        r"train\.init_from.*bad\.pt",
+        _write("bad.pt", b"not a checkpoint"),
+    ),
     Case("acl-override-no-equals", [*ACL_NEW, "train.lr"], r"train\.lr|key=value"),
     # --- presets
     Case("preset-unknown", ["acl", "train", "--preset", "nope", "--run-dir", "{root}/new"], r"preset.*nope"),

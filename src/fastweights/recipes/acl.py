@@ -31,11 +31,11 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
-from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.common import RecipeRun, fit_run, load_trained, run_summary, train_verb
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.report import plot_bars, plot_learning_curves, save_evaluation, write_report
-from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.run_folder import locks_eval_output, locks_run_dir, output_folder
+from fastweights.train.checkpoint import CheckpointManager, read_checkpoint
+from fastweights.train.run_folder import locks_eval_output, output_folder
 
 __all__ = [*RECIPE_MEMBERS, "compare_curves", "load_glyph_pools"]  # the recipe contract + extras
 
@@ -76,47 +76,33 @@ def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, dev
     return out
 
 
-@locks_run_dir
-def train(
-    cfg: ACLConfig,
-    run_dir: Path,
-    *,
-    resume: bool = False,
-    command: str | None = None,
-    overrides: list[str] | None = None,
-    force: bool = False,
-) -> dict[str, Any]:
+def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[dict[str, ClassPool], dict[str, Any] | None]:
+    """The meta-training pools and, for a new run with ``train.init_from``, the checkpoint whose model
+    weights start it (read before the run folder is written, so a bad file leaves nothing behind)."""
+    init = None
+    if cfg.train.init_from and not continuing:
+        init = read_checkpoint(cfg.train.init_from, key="train.init_from")
+        if not isinstance(init.get("model"), dict):
+            raise ValueError(
+                f"train.init_from: expected a checkpoint with model weights, got {cfg.train.init_from}"
+            )
+    return load_glyph_pools(cfg.data), init
+
+
+def _fit(run: RecipeRun) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
     Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
     included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
     (model, optimiser, schedule, step, elapsed time and every random state); Ctrl-C saves it first.
-
-    Returns:
-        The last validation record.
-
-    Raises:
-        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set
-            (``resume``, ``overrides``, ``force``: see :func:`fastweights.recipes.common.prepare_run`).
-        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
-        ValueError: if ``num_tasks * n_way`` exceeds the meta-training classes (from the sampler).
     """
-    run = start_run(
-        cfg,
-        run_dir,
-        resume=resume,
-        command=command,
-        overrides=overrides,
-        force=force,
-        load_data=lambda c: load_glyph_pools(c.data),
-    )
-    cfg, device, rng, synth_gen, pools = run.cfg, run.device, run.rng, run.synthetic, run.data
+    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
+    pools, init = run.data
     t = cfg.train
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
     model = build_model(cfg).to(device)
-    if t.init_from and not resume:
-        init = torch.load(t.init_from, map_location=device, weights_only=False)
+    if init is not None:  # meta-finetuning from another run's weights (not on resume)
         model.load_state_dict(init["model"])
         log.info("initialised the model from %s (step %s)", t.init_from, init.get("step"))
     source = TaskSource(
@@ -143,7 +129,6 @@ def train(
         model,
         step_fn,
         lambda: _validate(model, val_sampler, t, t.val_episodes, device),
-        resume=resume,
         description="ACL meta-training",
         postfix=("n_way", "k_shot"),
         objective="val_objective",
@@ -349,3 +334,10 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
         ylabel="accuracy (%)",
         title=f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot, two tasks",
     )
+
+
+train = train_verb(
+    _fit,
+    load_data=_train_data,
+    doc=_fit.__doc__ or "",
+)

@@ -18,7 +18,13 @@ from fastweights.config import apply_overrides, config_to_yaml, load_run_config
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, resume_fallback_hint
-from fastweights.train.run_folder import RunFolderError, folder_contents, holds_lock, remove_stale_temporaries
+from fastweights.train.run_folder import (
+    RunFolderError,
+    folder_contents,
+    holds_lock,
+    locks_run_dir,
+    remove_stale_temporaries,
+)
 from fastweights.train.schedules import SCHEDULES, lr_multiplier
 
 __all__ = [
@@ -30,6 +36,7 @@ __all__ = [
     "run_summary",
     "RecipeRun",
     "start_run",
+    "train_verb",
     "fit_run",
     "load_trained",
     "prepare_run",
@@ -341,6 +348,7 @@ class RecipeRun:
     rng: np.random.Generator
     synthetic: torch.Generator
     data: Any = None
+    resume: bool = False
 
 
 def start_run(
@@ -349,16 +357,17 @@ def start_run(
     *,
     resume: bool,
     command: str | None,
-    load_data: Callable[[Any], Any] | None = None,
+    load_data: Callable[[Any, bool], Any] | None = None,
     overrides: list[str] | None = None,
     force: bool = False,
 ) -> RecipeRun:
     """:func:`prepare_run` (``overrides`` and ``force`` as there), then threads, device and seeds from
     ``cfg.train``.
 
-    Before anything is written, the device and loop settings are checked and ``load_data(cfg)`` (the
-    recipe's data: pools, corpus) runs with the final config, so a missing or bad data folder leaves no
-    run folder behind; its result is :attr:`RecipeRun.data`.
+    Before anything is written, the device and loop settings are checked and
+    ``load_data(cfg, continuing)`` (the recipe's data: pools, corpus; ``continuing``: a checkpoint will
+    be resumed) runs with the final config, so a missing or bad data folder leaves no run folder behind;
+    its result is :attr:`RecipeRun.data`.
     """
     run_dir = Path(run_dir)
     loaded: list[Any] = [None]
@@ -367,7 +376,7 @@ def start_run(
         resolve_device(c.device)
         loop_settings(c.train)
         if load_data is not None:
-            loaded[0] = load_data(c)
+            loaded[0] = load_data(c, resume and CheckpointManager(run_dir).exists("latest"))
 
     cfg = prepare_run(
         cfg, run_dir, resume=resume, command=command, check=check_all, overrides=overrides, force=force
@@ -383,7 +392,71 @@ def start_run(
         np.random.default_rng(t.seed),
         torch.Generator().manual_seed(t.seed),
         loaded[0],
+        resume,
     )
+
+
+_TRAIN_DOC = """
+
+    Args:
+        cfg: the recipe's config (validated when it was built).
+        run_dir: the run folder (``config.yaml``, ``command.txt``, ``metrics.jsonl``, ``checkpoints/``).
+        resume: continue the run in ``run_dir`` exactly (its saved config; ``overrides`` may change
+            only :data:`~fastweights.recipes.common.RESUME_OVERRIDABLE`).
+        command: the command line recorded in ``command.txt``.
+        overrides: the ``key=value`` items given with ``resume``.
+        force: start over in a folder that holds a run.
+
+    Returns:
+        ``{"step", "minutes", **last validation record}``.
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set.
+        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
+        ValueError: for overrides that may not change on resume, or data the recipe refuses.
+        FileNotFoundError: for a missing data folder or file (nothing is written then).
+    """
+
+
+def train_verb(
+    fit_recipe: Callable[[RecipeRun], dict[str, Any]],
+    *,
+    load_data: Callable[[Any, bool], Any] | None = None,
+    doc: str,
+) -> Callable[..., dict[str, Any]]:
+    """The ``train`` function of a recipe module: the run folder's lock, :func:`start_run` (guards,
+    config checks, ``load_data`` before anything is written) and then ``fit_recipe(run)``.
+
+    Args:
+        fit_recipe: builds the model and trains it (usually through :func:`fit_run`).
+        load_data: the recipe's data for the final config (see :func:`start_run`).
+        doc: the first part of the returned function's docstring (what the recipe trains).
+    """
+
+    @locks_run_dir
+    def train(
+        cfg: Any,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        command: str | None = None,
+        overrides: list[str] | None = None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        run = start_run(
+            cfg,
+            run_dir,
+            resume=resume,
+            command=command,
+            overrides=overrides,
+            force=force,
+            load_data=load_data,
+        )
+        return fit_recipe(run)
+
+    train.__doc__ = doc.rstrip() + _TRAIN_DOC
+    train.__module__ = fit_recipe.__module__
+    return train
 
 
 def fit_run(
@@ -392,7 +465,6 @@ def fit_run(
     step_fn: Any,
     validate_fn: Any,
     *,
-    resume: bool,
     description: str,
     postfix: tuple[str, ...] = ("k_shot",),
     objective: str = "val_acc",
@@ -410,7 +482,7 @@ def fit_run(
         validate_fn=validate_fn,
         settings=loop_settings(run.cfg.train),
         objective=objective,
-        resume=resume,
+        resume=run.resume,
         extra_state={
             "sampler_rng": numpy_rng_state(run.rng),
             "synthetic_rng": (run.synthetic.get_state, run.synthetic.set_state),

@@ -25,11 +25,11 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
-from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.common import RecipeRun, fit_run, load_trained, run_summary, train_verb
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot_config import FewShotConfig
 from fastweights.recipes.report import plot_bars, plot_learning_curves, run_header, save_evaluation
-from fastweights.train.run_folder import locks_eval_output, locks_run_dir
+from fastweights.train.run_folder import locks_eval_output
 
 __all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 
@@ -45,36 +45,12 @@ def build_model(cfg: FewShotConfig) -> InContextClassifier:
     return build_classifier(cfg.model, image_size=cfg.data.image_size, in_channels=cfg.data.channels)
 
 
-@locks_run_dir
-def train(
-    cfg: FewShotConfig,
-    run_dir: Path,
-    *,
-    resume: bool = False,
-    command: str | None = None,
-    overrides: list[str] | None = None,
-    force: bool = False,
-) -> dict[str, Any]:
+def _fit(run: RecipeRun) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
     Stops at ``train.max_steps`` or ``train.max_minutes``; the best checkpoint maximises the
     meta-validation accuracy. See :func:`fastweights.train.loop.fit` for resume and interruption.
-
-    Raises:
-        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set
-            (``resume``, ``overrides``, ``force``: see :func:`fastweights.recipes.common.prepare_run`).
-        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
-        ValueError: for ``n_way`` above the model's outputs or the pools' class counts.
     """
-    run = start_run(
-        cfg,
-        run_dir,
-        resume=resume,
-        command=command,
-        overrides=overrides,
-        force=force,
-        load_data=lambda c: load_pools_for(c.data),
-    )
     cfg, device, rng, synth_gen, pools = run.cfg, run.device, run.rng, run.synthetic, run.data
     t = cfg.train
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
@@ -109,7 +85,6 @@ def train(
         model,
         step_fn,
         validate,
-        resume=resume,
         description=f"few-shot {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
     )
 
@@ -237,3 +212,10 @@ def summary(results: dict[str, Any]) -> str:
         f"{fs['dataset']} {fs['n_way']}-way {fs['k_shot']}-shot accuracy "
         f"{100 * fs['accuracy']:.2f} ± {100 * fs['ci95']:.2f} %"
     )
+
+
+train = train_verb(
+    _fit,
+    load_data=lambda c, _: load_pools_for(c.data),
+    doc=_fit.__doc__ or "",
+)

@@ -29,12 +29,12 @@ from fastweights.data.sources.text import (
 )
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
-from fastweights.recipes.common import load_trained, loop_settings, run_summary, start_run
+from fastweights.recipes.common import RecipeRun, load_trained, loop_settings, run_summary, train_verb
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.lm_config import LMRecipeConfig
 from fastweights.recipes.report import md_table, run_header, save_evaluation
 from fastweights.train.loop import fit
-from fastweights.train.run_folder import locks_eval_output, locks_run_dir, output_folder
+from fastweights.train.run_folder import locks_eval_output, output_folder
 from fastweights.train.schedules import warmup_cosine
 
 __all__ = [
@@ -64,7 +64,7 @@ def load_splits(cfg: LMRecipeConfig) -> tuple[str, dict[str, torch.Tensor]]:
     return name, split_corpus(data, valid_fraction=d.valid_fraction, test_fraction=d.test_fraction)
 
 
-def _train_data(cfg: LMRecipeConfig) -> dict[str, torch.Tensor]:
+def _train_data(cfg: LMRecipeConfig, continuing: bool = False) -> dict[str, torch.Tensor]:
     """The corpus cuts, checked to be long enough for ``train.seq_len`` (run before the run folder is
     written)."""
     _, splits = load_splits(cfg)
@@ -101,34 +101,11 @@ def position_losses(
     return total / len(windows)
 
 
-@locks_run_dir
-def train(
-    cfg: LMRecipeConfig,
-    run_dir: Path,
-    *,
-    resume: bool = False,
-    command: str | None = None,
-    overrides: list[str] | None = None,
-    force: bool = False,
-) -> dict[str, Any]:
+def _fit(run: RecipeRun) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir``: AdamW, warm-up + cosine, clipping, validation bits per byte on
     fixed windows of the validation cut (the best checkpoint minimises it), checkpoints + exact resume
     (:func:`fastweights.train.loop.fit`), JSONL and TensorBoard logs.
-
-    Raises:
-        FileExistsError: if ``run_dir`` already holds a run and ``resume`` is False.
-        ValueError: for bad train/model fields or a corpus too short for ``train.seq_len``.
-        FileNotFoundError: if ``data.path`` does not exist.
     """
-    run = start_run(
-        cfg,
-        run_dir,
-        resume=resume,
-        command=command,
-        overrides=overrides,
-        force=force,
-        load_data=_train_data,
-    )
     cfg, device, splits = run.cfg, run.device, run.data
     t = cfg.train
     model = build_model(cfg).to(device)
@@ -163,7 +140,7 @@ def train(
         settings=loop_settings(t),
         objective="val_bpb",
         minimize=True,
-        resume=resume,
+        resume=run.resume,
         extra_state={"batch_rng": (gen.get_state, gen.set_state)},
         metadata={"config": asdict(cfg)},
         description=f"lm {cfg.model.mixer}",
@@ -422,3 +399,10 @@ def summary(results: dict[str, Any]) -> str:
     """One line for the terminal: bits per byte on each evaluated cut."""
     cuts = results["lm"]["splits"]
     return ", ".join(f"{name} {c['bpb']:.4f} bits per byte" for name, c in cuts.items())
+
+
+train = train_verb(
+    _fit,
+    load_data=_train_data,
+    doc=_fit.__doc__ or "",
+)

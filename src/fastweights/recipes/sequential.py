@@ -31,11 +31,11 @@ from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
-from fastweights.recipes.common import fit_run, load_trained, run_summary, start_run
+from fastweights.recipes.common import RecipeRun, fit_run, load_trained, run_summary, train_verb
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.report import run_header, save_evaluation
 from fastweights.recipes.sequential_config import SequentialConfig
-from fastweights.train.run_folder import locks_eval_output, locks_run_dir
+from fastweights.train.run_folder import locks_eval_output
 
 __all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + extras
 
@@ -51,34 +51,10 @@ def build_model(cfg: SequentialConfig) -> InContextClassifier:
     return build_classifier(cfg.model, image_size=a.image_size, in_channels=a.channels)
 
 
-@locks_run_dir
-def train(
-    cfg: SequentialConfig,
-    run_dir: Path,
-    *,
-    resume: bool = False,
-    command: str | None = None,
-    overrides: list[str] | None = None,
-    force: bool = False,
-) -> dict[str, Any]:
+def _fit(run: RecipeRun) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir``; the best checkpoint maximises the overall validation
     accuracy of untrimmed A→B streams. Resume/interruption as in :func:`fastweights.train.loop.fit`.
-
-    Raises:
-        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set
-            (``resume``, ``overrides``, ``force``: see :func:`fastweights.recipes.common.prepare_run`).
-        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
-        ValueError: for a bad ``n_way``/``max_trim`` or domains with different image formats.
     """
-    run = start_run(
-        cfg,
-        run_dir,
-        resume=resume,
-        command=command,
-        overrides=overrides,
-        force=force,
-        load_data=lambda c: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)],
-    )
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
     t = cfg.train
     model = build_model(cfg).to(device)
@@ -118,7 +94,6 @@ def train(
         model,
         step_fn,
         validate,
-        resume=resume,
         description=f"sequential {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
     )
 
@@ -280,3 +255,10 @@ def summary(results: dict[str, Any]) -> str:
     return "; ".join(
         f"{key}: {100 * r['accuracy']:.2f} ± {100 * r['ci95']:.2f} %" for key, r in orders.items()
     )
+
+
+train = train_verb(
+    _fit,
+    load_data=lambda c, _: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)],
+    doc=_fit.__doc__ or "",
+)

@@ -31,7 +31,7 @@ import torch
 from fastweights.io import atomic_torch_save
 from fastweights.train.run_folder import RunFolderError
 
-__all__ = ["CheckpointManager", "capture_rng_state", "restore_rng_state"]
+__all__ = ["CheckpointManager", "capture_rng_state", "read_checkpoint", "restore_rng_state"]
 
 Which = Literal["latest", "best"]
 _WHICH = ("latest", "best")
@@ -69,6 +69,24 @@ def _check_archive(path: Path) -> None:
         raise _Damaged(f"{type(err).__name__}: {first}" if first else type(err).__name__) from None
     if bad is not None:
         raise _Damaged(f"member {bad} fails its CRC check")
+
+
+def read_checkpoint(path: str | os.PathLike[str], *, key: str, map_location: Any = "cpu") -> dict[str, Any]:
+    """A checkpoint file named by the config key ``key`` (e.g. ``train.init_from``).
+
+    Raises:
+        FileNotFoundError: naming ``key`` and the path when it does not exist.
+        RunFolderError: naming ``key`` and the path when it is damaged or not a checkpoint dict.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"{key}: expected a checkpoint file (e.g. RUN/checkpoints/best.pt), got {str(p)!r}"
+        )
+    try:
+        return _read(p, map_location)
+    except _Damaged as err:
+        raise RunFolderError(f"{key}: {p} is damaged or not a checkpoint ({err})") from None
 
 
 class CheckpointManager:
