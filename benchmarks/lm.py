@@ -1,6 +1,6 @@
-"""Prefill and decode throughput of the language model vs context length, one run per mixer.
+"""Prefill and decode throughput of the language model vs context length, one run per sequence layer.
 
-For each mixer (randomly initialised ``CausalLM`` of ``--preset``, fp32, no grad) and each context
+For each sequence layer (randomly initialised ``CausalLM`` of ``--preset``, fp32, no grad) and each context
 length ``L``:
 
 - prefill: one forward over ``L`` tokens (batch ``--batch``) → tokens/s = ``batch * L / seconds``
@@ -28,7 +28,7 @@ from _memory import peak_bytes
 
 from fastweights.models.lm import CausalLM, LMConfig
 
-MIXERS = ("ttt_linear", "ttt_mlp", "softmax_attention", "deltanet", "srwm")
+LAYERS = ("ttt_linear", "ttt_mlp", "softmax_attention", "deltanet", "srwm")
 
 
 def _sync(device: str) -> None:
@@ -75,7 +75,7 @@ def measure(model: CausalLM, context: int, args: argparse.Namespace) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="tiny", help="an LMConfig preset (tiny, 125m, …; vocab set to 256)")
-    p.add_argument("--mixers", default=",".join(MIXERS))
+    p.add_argument("--models", default=",".join(LAYERS), help="comma-separated sequence layers")
     p.add_argument("--contexts", default="256,512,1024,2048,4096")
     p.add_argument("--small", action="store_true", help="contexts 64,128 and 4 decode tokens")
     p.add_argument("--batch", type=int, default=1)
@@ -86,28 +86,33 @@ def main() -> None:
     if args.small:
         args.contexts, args.decode_tokens = "64,128", 4
     contexts = [int(c) for c in args.contexts.split(",")]
-    mixers = [m.strip() for m in args.mixers.split(",") if m.strip()]
+    layers = [m.strip() for m in args.models.split(",") if m.strip()]
     print(
         f"device {args.device}, {torch.get_num_threads()} threads, fp32, preset {args.preset}, "
         f"batch {args.batch}, {args.decode_tokens} decode tokens"
     )
     print(
-        f"{'mixer':18s} {'context':>7s} {'prefill tok/s':>14s} {'decode tok/s':>13s} {'prefill peak MB':>16s}"
+        f"{'sequence layer':18s} {'context':>7s} {'prefill tok/s':>14s} {'decode tok/s':>13s} "
+        f"{'prefill peak MB':>16s}"
     )
     table: dict[str, dict[int, dict]] = {}
-    for mixer in mixers:
+    for layer in layers:
         torch.manual_seed(0)
-        model = CausalLM(LMConfig.preset(args.preset, mixer=mixer, vocab_size=256)).to(args.device).eval()
-        table[mixer] = {}
+        model = (
+            CausalLM(LMConfig.preset(args.preset, sequence_layer=layer, vocab_size=256))
+            .to(args.device)
+            .eval()
+        )
+        table[layer] = {}
         for context in contexts:
             try:
                 res = measure(model, context, args)
             except torch.OutOfMemoryError:
-                print(f"{mixer:18s} {context:7d} {'out of memory':>14s}", flush=True)
+                print(f"{layer:18s} {context:7d} {'out of memory':>14s}", flush=True)
                 break
-            table[mixer][context] = res
+            table[layer][context] = res
             print(
-                f"{mixer:18s} {context:7d} {res['prefill_tok_s']:14,.0f} {res['decode_tok_s']:13,.1f} "
+                f"{layer:18s} {context:7d} {res['prefill_tok_s']:14,.0f} {res['decode_tok_s']:13,.1f} "
                 f"{res['prefill_peak_mb']:16.1f}",
                 flush=True,
             )

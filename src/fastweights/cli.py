@@ -13,28 +13,27 @@ from typing import Any
 __all__ = ["main"]
 
 
-# name -> (help, default preset, compare flag, compare example, extra verbs)
+# name -> (help, default preset, compare --models example)
 _RECIPE_HELP = {
-    "acl": ("Automated Continual Learning: metalearn and evaluate", "quick", "--models", "srwm,deltanet"),
+    "acl": ("Automated Continual Learning: metalearn and evaluate", "quick", "srwm,deltanet"),
     "fewshot": (
         "N-way K-shot in-context learning with synchronous labels (SRWM paper §4.1)",
         "quick",
-        "--models",
         "srwm,deltanet,lstm",
     ),
     "sequential": (
         "delayed-label sequential multi-task in-context learning (SRWM paper §4.2)",
         "quick",
-        "--models",
         "srwm,deltanet,lstm",
     ),
     "lm": (
-        "byte-level language modelling with TTT / attention / DeltaNet / SRWM mixers (TTT paper)",
+        "byte-level language modelling with TTT / attention / DeltaNet / SRWM layers (TTT paper)",
         "tiny",
-        "--mixers",
         "ttt_linear,ttt_mlp,softmax_attention,deltanet",
     ),
 }
+# recipe -> deprecated spelling of `compare --models` (hidden; kept for one release)
+_DEPRECATED_MODELS_FLAG = {"lm": "--mixers"}
 _EVAL_EXAMPLE = {"acl": "eval.split_runs=2", "lm": "eval.windows=64"}
 _EXPORT_HELP = {
     "lm": "config.json + model.safetensors (CausalLM.from_pretrained)",
@@ -48,10 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     recipes = p.add_subparsers(dest="recipe", required=True)
     verbs = {}
     for name in RECIPES:
-        what, preset, flag, example = _RECIPE_HELP[name]
-        verbs[name] = _add_recipe(
-            recipes, name, what, compare_flag=flag, compare_example=example, preset=preset
-        )
+        what, preset, example = _RECIPE_HELP[name]
+        verbs[name] = _add_recipe(recipes, name, what, compare_example=example, preset=preset)
         _add_export(
             verbs[name], _EXPORT_HELP.get(name, "slim copy of a run (model weights + config) for sharing")
         )
@@ -121,7 +118,6 @@ def _add_recipe(
     name: str,
     what: str,
     *,
-    compare_flag: str = "--models",
     compare_example: str = "srwm,deltanet,lstm",
     preset: str = "quick",
 ) -> argparse._SubParsersAction:
@@ -134,12 +130,10 @@ def _add_recipe(
     )
     which = co.add_mutually_exclusive_group(required=True)
     which.add_argument(
-        compare_flag,
-        *(["--models"] if compare_flag != "--models" else []),
-        dest="models",
-        default=None,
-        help=f"comma-separated sequence layers, e.g. {compare_example}",
+        "--models", default=None, help=f"comma-separated sequence layers, e.g. {compare_example}"
     )
+    if name in _DEPRECATED_MODELS_FLAG:
+        which.add_argument(_DEPRECATED_MODELS_FLAG[name], dest="deprecated_models", help=argparse.SUPPRESS)
     which.add_argument(
         "--vary",
         default=None,
@@ -158,12 +152,17 @@ def _add_recipe(
 
 def _run_recipe(args: argparse.Namespace) -> None:
     """Every verb of every recipe, through the recipe registry (``recipes.contract``)."""
-    from fastweights.config import preset_path
+    from fastweights.config import deprecated_keys, preset_path, rename_deprecated, warn_deprecated
     from fastweights.recipes import compare as cmp
     from fastweights.recipes.common import command_line
     from fastweights.recipes.contract import get_recipe
 
     module = get_recipe(args.recipe)
+    if hasattr(args, "overrides"):  # renamed once here: one warning per deprecated key
+        args.overrides = rename_deprecated(args.overrides, deprecated_keys(module.CONFIG), "overrides")
+    if getattr(args, "deprecated_models", None) is not None:
+        warn_deprecated(_DEPRECATED_MODELS_FLAG[args.recipe], "--models")
+        args.models = args.deprecated_models
     if args.verb == "generate":
         text = module.generate_text(  # type: ignore[attr-defined]
             args.run_dir,

@@ -6,10 +6,12 @@ located with :mod:`importlib.resources`), so a non-editable install finds them f
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping, MutableMapping
 from dataclasses import is_dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -24,9 +26,13 @@ __all__ = [
     "config_to_yaml",
     "config_from_yaml",
     "load_run_config",
+    "deprecated_keys",
+    "rename_deprecated",
+    "warn_deprecated",
 ]
 
 T = TypeVar("T")
+M = TypeVar("M", bound=MutableMapping[str, Any])
 
 # The package is installed as plain files (setuptools wheels are never zip-imported), so the
 # resource folder is a real directory.
@@ -119,25 +125,129 @@ def _load_yaml_mapping(path: Path) -> tuple[DictConfig, yaml.Node]:
     return cfg, node
 
 
+def warn_deprecated(old: str, new: str, where: str = "") -> None:
+    """Print the one-line warning for a deprecated spelling (a config key, a CLI flag, a keyword) to
+    stderr: ``fastweights: warning: OLD is deprecated; use NEW`` (+ `` (WHERE)`` when given). Deprecated
+    spellings keep working for one release."""
+    print(
+        f"fastweights: warning: {old} is deprecated; use {new}" + (f" ({where})" if where else ""),
+        file=sys.stderr,
+    )
+
+
+def deprecated_keys(cls: Any) -> dict[str, str]:
+    """The ``DEPRECATED_KEYS`` (old dotted key → new dotted key) of a config class or instance; ``{}`` for
+    a config without deprecated keys."""
+    return dict(getattr(cls, "DEPRECATED_KEYS", {}))
+
+
+def _is_under(key: str, name: str) -> bool:
+    """``key`` is ``name`` or a key below it (``model.layer_options.x`` is under ``model.layer_options``)."""
+    return key == name or key.startswith(name + ".")
+
+
+def _parent(
+    data: MutableMapping[str, Any], dotted: str, create: bool = False
+) -> MutableMapping[str, Any] | None:
+    """The mapping that holds the last part of ``dotted`` (``None`` if a part above it is missing or not a
+    mapping; created as empty mappings with ``create``)."""
+    node: Any = data
+    for part in dotted.split(".")[:-1]:
+        if create and part not in node:
+            node[part] = {}
+        node = node[part] if isinstance(node, MutableMapping) and part in node else None
+        if not isinstance(node, MutableMapping):
+            return None
+    return node  # type: ignore[no-any-return]
+
+
+def _has(data: MutableMapping[str, Any], dotted: str) -> bool:
+    parent = _parent(data, dotted)
+    return parent is not None and dotted.rsplit(".", 1)[-1] in parent
+
+
+def _both_given(where: str, old: str, new: str) -> ValueError:
+    return ValueError(f"{where}: both {old} (deprecated) and {new} are given; keep only {new}")
+
+
+@overload
+def rename_deprecated(data: list[str], renames: Mapping[str, str], where: str) -> list[str]: ...
+@overload
+def rename_deprecated(data: M, renames: Mapping[str, str], where: str) -> M: ...
+def rename_deprecated(data: Any, renames: Mapping[str, str], where: str) -> Any:
+    """Rename deprecated keys before a merge, with one :func:`warn_deprecated` line per renamed key.
+
+    Args:
+        data: a loaded mapping (an OmegaConf ``DictConfig`` or a plain dict), renamed in place and
+            returned; or a ``key=value`` dotlist, returned as a new list (``OLD.sub=v`` becomes
+            ``NEW.sub=v``).
+        renames: old dotted key → new dotted key (a config's ``DEPRECATED_KEYS``).
+        where: what ``data`` is, for the warning and the error (``config: FILE``, ``overrides``).
+
+    Raises:
+        ValueError: one line naming both keys when ``data`` gives a deprecated key and its new spelling.
+    """
+    if isinstance(data, list):
+        items = list(data)
+        for old, new in renames.items():
+            keys = [item.split("=", 1)[0].strip() for item in items]
+            hits = [i for i, item in enumerate(items) if "=" in item and _is_under(keys[i], old)]
+            if not hits:
+                continue
+            if any(_is_under(key, new) for key in keys):
+                raise _both_given(where, old, new)
+            warn_deprecated(old, new, where)
+            for i in hits:
+                items[i] = new + keys[i][len(old) :] + "=" + items[i].split("=", 1)[1]
+        return items
+    for old, new in renames.items():
+        parent, leaf = _parent(data, old), old.rsplit(".", 1)[-1]
+        if parent is None or leaf not in parent:
+            continue
+        if _has(data, new):
+            raise _both_given(where, old, new)
+        warn_deprecated(old, new, where)
+        value = parent.pop(leaf)
+        target = _parent(data, new, create=True)
+        if target is None:
+            raise ValueError(f"{where}: {new}: expected a mapping above it to move {old} into")
+        target[new.rsplit(".", 1)[-1]] = value
+    return data
+
+
+def _line(node: yaml.Node, key: str, renames: Mapping[str, str]) -> int | None:
+    """Line of ``key`` in the file, or of the deprecated key the file gave for it."""
+    line = _key_line(node, key)
+    for old, new in renames.items():
+        if line is None and _is_under(key, new):
+            line = _key_line(node, old + key[len(new) :])
+    return line
+
+
 def load_config(cls: type[T], yaml_path: Path | None = None, overrides: list[str] | None = None) -> T:
     """Merge ``cls`` defaults ← YAML file ← ``key=value`` overrides and return a typed ``cls``.
+
+    Deprecated keys of ``cls.DEPRECATED_KEYS`` in the file or the overrides are renamed (with a warning
+    on stderr, :func:`rename_deprecated`).
 
     Raises:
         TypeError: ``cls`` is not a dataclass type.
         FileNotFoundError: ``yaml_path`` does not exist.
         ValueError: one line, for YAML syntax errors and empty or non-mapping files (naming the file
             and line), unknown keys or values of the wrong type (naming the key, and the file and line
-            when the key comes from the file).
+            when the key comes from the file), or a deprecated key given with its new spelling.
     """
     if not is_dataclass(cls):
         raise TypeError(f"cls: expected a dataclass type, got {cls!r}")
     merged = OmegaConf.structured(cls)
     if yaml_path is not None:
         loaded, node = _load_yaml_mapping(Path(yaml_path))
+        renames = deprecated_keys(cls)
+        rename_deprecated(loaded, renames, f"config: {yaml_path}")
         try:
             merged = OmegaConf.merge(merged, loaded)
         except OmegaConfBaseException as err:
-            line = _key_line(node, str(getattr(err, "full_key", "") or ""))
+            line = _line(node, str(getattr(err, "full_key", "") or ""), renames)
             raise _config_error(err, f"config: {yaml_path}" + (f": line {line}" if line else "")) from err
     cfg = _to_object(merged, f"config: {yaml_path}: " if yaml_path is not None else "")
     return apply_overrides(cfg, overrides or [])  # type: ignore[return-value]
@@ -180,11 +290,12 @@ def _to_object(merged: Any, where: str = "") -> Any:
 
 
 def apply_overrides(cfg: T, overrides: list[str]) -> T:
-    """Return a copy of the config dataclass ``cfg`` with ``key=value`` overrides applied.
+    """Return a copy of the config dataclass ``cfg`` with ``key=value`` overrides applied (deprecated
+    keys of ``type(cfg).DEPRECATED_KEYS`` renamed, with a warning on stderr).
 
     Raises:
-        ValueError: one line, for unknown keys or values of the wrong type (naming the key), or items
-            without ``=``.
+        ValueError: one line, for unknown keys or values of the wrong type (naming the key), items
+            without ``=``, or a deprecated key given with its new spelling.
     """
     bad = [o for o in overrides if "=" not in o]
     if bad:
@@ -194,8 +305,9 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
         raise ValueError(
             f"{empty[0]}: expected a value after '=', got nothing (write {empty[0]}=null for none)"
         )
+    overrides = rename_deprecated(list(overrides), deprecated_keys(cfg), "overrides")
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(overrides))
     except OmegaConfBaseException as err:
         if getattr(err, "full_key", None):
             raise _config_error(err) from err
@@ -214,13 +326,16 @@ def config_to_yaml(cfg: Any) -> str:
 
 
 def config_from_yaml(cls: type[T], text: str) -> T:
-    """Inverse of :func:`config_to_yaml`.
+    """Inverse of :func:`config_to_yaml` (deprecated keys renamed, with a warning on stderr).
 
     Raises:
-        ValueError: one line, for YAML errors, unknown keys, wrong types or values the config refuses.
+        ValueError: one line, for YAML errors, unknown keys, wrong types, values the config refuses, or
+            a deprecated key given with its new spelling.
     """
     try:
         loaded = OmegaConf.create(text)
+        if isinstance(loaded, DictConfig):
+            rename_deprecated(loaded, deprecated_keys(cls), "config")
         merged = OmegaConf.merge(OmegaConf.structured(cls), loaded)
     except (OmegaConfBaseException, yaml.YAMLError) as err:
         raise _config_error(err) from err
@@ -228,17 +343,21 @@ def config_from_yaml(cls: type[T], text: str) -> T:
 
 
 def load_run_config(cls: type[T], path: Path) -> T:
-    """The config of a run folder: ``path`` is its ``config.yaml``.
+    """The config of a run folder: ``path`` is its ``config.yaml``. A run written before a key was renamed
+    still loads: deprecated keys are renamed, with a warning on stderr.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: one line naming ``path`` (and the line) for a YAML error, an empty file, unknown keys
-            (e.g. the folder holds another recipe's run), wrong types or refused values.
+            (e.g. the folder holds another recipe's run), wrong types, refused values, or a deprecated
+            key given with its new spelling.
     """
     loaded, node = _load_yaml_mapping(Path(path))
+    renames = deprecated_keys(cls)
+    rename_deprecated(loaded, renames, f"config: {path}")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), loaded)
     except OmegaConfBaseException as err:
-        line = _key_line(node, str(getattr(err, "full_key", "") or ""))
+        line = _line(node, str(getattr(err, "full_key", "") or ""), renames)
         raise _config_error(err, f"config: {path}" + (f": line {line}" if line else "")) from err
     return _to_object(merged, f"config: {path}: ")  # type: ignore[no-any-return]

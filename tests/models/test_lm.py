@@ -20,11 +20,11 @@ def _golden_model(name):
     c = {k: v.item() for k, v in d["config"].items()}
     cfg = LMConfig(
         vocab_size=c["vocab_size"],
-        hidden_size=c["hidden_size"],
-        num_hidden_layers=c["num_hidden_layers"],
-        num_attention_heads=c["num_attention_heads"],
-        intermediate_size=c["intermediate_size"],
-        mixer=f"ttt_{name}",
+        d_model=c["hidden_size"],  # the reference's (Hugging Face) names → ours
+        num_layers=c["num_hidden_layers"],
+        num_heads=c["num_attention_heads"],
+        d_ff=c["intermediate_size"],
+        sequence_layer=f"ttt_{name}",
         backbone="mamba",
         mini_batch_size=c["mini_batch_size"],
         ttt_base_lr=c["ttt_base_lr"],
@@ -71,14 +71,14 @@ def test_golden_model_prefill_then_decode(name):
             outs.append(o)
     _close(torch.cat(outs, 1), dec["decode_outputs"])
     ref = dec["cache_final"]
-    for i, (mixer_state, conv_state) in enumerate(cache.blocks):
+    for i, (layer_state, conv_state) in enumerate(cache.blocks):
         for key in ("W1_states", "W1_grad", "b1_states", "b1_grad"):
-            _close(mixer_state[key], ref[f"layer{i}.{key}"])
+            _close(layer_state[key], ref[f"layer{i}.{key}"])
         _close(conv_state, ref[f"layer{i}.conv_state.pre_conv"])
-        _close(mixer_state["conv_qk"], ref[f"layer{i}.conv_state.ttt_conv_q"])
+        _close(layer_state["conv_qk"], ref[f"layer{i}.conv_state.ttt_conv_q"])
 
 
-MIXERS = [
+LAYERS = [
     ("ttt_linear", "mamba"),
     ("ttt_linear", "transformer"),
     ("ttt_mlp", "mamba"),
@@ -88,16 +88,16 @@ MIXERS = [
 ]
 
 
-def _micro(mixer, backbone, **kw):
-    cfg = LMConfig.preset("micro", mixer=mixer, backbone=backbone, mini_batch_size=4, **kw)
+def _micro(layer, backbone, **kw):
+    cfg = LMConfig.preset("micro", sequence_layer=layer, backbone=backbone, mini_batch_size=4, **kw)
     return CausalLM(cfg).double().eval()
 
 
 @pytest.mark.parametrize("prompt", [1, 5, 9])
-@pytest.mark.parametrize(("mixer", "backbone"), MIXERS)
-def test_prefill_then_decode_equals_full_forward(mixer, backbone, prompt):
+@pytest.mark.parametrize(("layer", "backbone"), LAYERS)
+def test_prefill_then_decode_equals_full_forward(layer, backbone, prompt):
     torch.manual_seed(1)
-    model = _micro(mixer, backbone)
+    model = _micro(layer, backbone)
     ids = torch.randint(0, 256, (2, 14))
     with torch.no_grad():
         full, _ = model(ids)
@@ -112,9 +112,7 @@ def test_prefill_then_decode_equals_full_forward(mixer, backbone, prompt):
 
 def test_gradcheck_tiny_mamba_ttt_model():
     torch.manual_seed(2)
-    model = LMBackbone(
-        LMConfig.preset("micro", hidden_size=8, intermediate_size=8, mini_batch_size=2)
-    ).double()
+    model = LMBackbone(LMConfig.preset("micro", d_model=8, d_ff=8, mini_batch_size=2)).double()
     x = torch.randn(1, 5, 8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda z: model(inputs_embeds=z)[0], (x,))
 
@@ -136,10 +134,10 @@ def test_from_pretrained_errors(tmp_path):
         CausalLM.from_pretrained(tmp_path)
     _micro("deltanet", "transformer").save_pretrained(tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64}))
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "d_model": 64}))
     with pytest.raises(ValueError, match="do not match"):
         CausalLM.from_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({**cfg, "hidden_sise": 64}))
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "d_modle": 64}))
     with pytest.raises(ValueError, match="unknown keys"):
         CausalLM.from_pretrained(tmp_path)
 
@@ -154,11 +152,11 @@ PAPER_PARAMS = {
 }
 
 
-@pytest.mark.parametrize(("size", "mixer"), list(PAPER_PARAMS))
-def test_paper_presets_have_the_paper_parameter_counts(size, mixer):
+@pytest.mark.parametrize(("size", "layer"), list(PAPER_PARAMS))
+def test_paper_presets_have_the_paper_parameter_counts(size, layer):
     with torch.device("meta"):
-        model = CausalLM(LMConfig.preset(size, mixer=mixer))
-    assert model.num_parameters() == pytest.approx(PAPER_PARAMS[size, mixer], rel=1e-3)
+        model = CausalLM(LMConfig.preset(size, sequence_layer=layer))
+    assert model.num_parameters() == pytest.approx(PAPER_PARAMS[size, layer], rel=1e-3)
 
 
 def test_generate_greedy_and_seeded_sampling():
@@ -187,9 +185,9 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="input_ids"):
         generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
     with pytest.raises(ValueError, match="backbone"):
-        LMConfig(mixer="deltanet", backbone="mamba").validate()
-    with pytest.raises(ValueError, match="hidden_size"):
-        LMConfig(hidden_size=30, num_attention_heads=4).validate()
+        LMConfig(sequence_layer="deltanet", backbone="mamba").validate()
+    with pytest.raises(ValueError, match="d_model"):
+        LMConfig(d_model=30, num_heads=4).validate()
     with pytest.raises(ValueError, match="preset"):
         LMConfig.preset("7b")
 
@@ -197,12 +195,12 @@ def test_bad_inputs_name_the_argument():
 @settings(max_examples=15, deadline=None)
 @given(
     cuts=st.lists(st.integers(1, 22), min_size=1, max_size=4),
-    mixer=st.sampled_from(["ttt_linear", "ttt_mlp", "softmax_attention"]),
+    layer=st.sampled_from(["ttt_linear", "ttt_mlp", "softmax_attention"]),
 )
-def test_any_split_into_calls_equals_one_call(cuts, mixer):
+def test_any_split_into_calls_equals_one_call(cuts, layer):
     """Calls of any lengths (starting mid mini-batch too) with the cache carried = one call."""
     torch.manual_seed(3)
-    model = _micro(mixer, "auto")
+    model = _micro(layer, "auto")
     ids = torch.randint(0, 256, (1, 23))
     bounds = sorted({0, 23, *cuts})
     with torch.no_grad():
@@ -267,15 +265,15 @@ def test_generate_checks_arguments_and_restores_the_mode():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("hidden_size", True),
+        ("d_model", True),
         ("ttt_base_lr", -1.0),
         ("ttt_base_lr", "a"),
         ("tie_word_embeddings", "no"),
         ("rope_theta", float("inf")),
         ("dropout", "0.1"),
-        ("mixer_options", None),
-        ("mixer_options", {"mini_batch_size": 4}),
-        ("mixer_options", {"dropout": 0.1}),
+        ("layer_options", None),
+        ("layer_options", {"mini_batch_size": 4}),
+        ("layer_options", {"dropout": 0.1}),
     ],
 )
 def test_config_rejects_bad_fields_by_name(field, value):

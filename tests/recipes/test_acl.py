@@ -159,7 +159,7 @@ def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path):
         "data.max_scripts=10",
         "data.max_classes_per_script=10",
         "data.examples_per_class=8",
-        "eval.fewshot_episodes=20",
+        "eval.episodes=20",
         "eval.split_runs=1",
         "eval.split_benchmarks=[digits]",
         "device=cpu",

@@ -55,7 +55,7 @@ def test_vary_and_models_name_the_runs():
         ("acl_loss=true", "train.acl_loss=true"),
         ("acl_loss=false", "train.acl_loss=false"),
     ]
-    assert variants("model.mixer", ["srwm"], None) == [("srwm", "model.mixer=srwm")]
+    assert variants("model.sequence_layer", ["srwm"], None) == [("srwm", "model.sequence_layer=srwm")]
     for bad in ("train.acl_loss", "=1,2", "train.lr=", "train.lr=1,1", "data.root=a/b"):
         with pytest.raises(ValueError, match="--vary"):
             parse_vary(bad)
@@ -65,7 +65,7 @@ def test_vary_and_models_name_the_runs():
         variants("model.sequence_layer", ["transformer"], None)
 
 
-_SMALL_ACL = ["train.max_steps=2", "eval.fewshot_episodes=4", "eval.split_benchmarks=[digits]"]
+_SMALL_ACL = ["train.max_steps=2", "eval.episodes=4", "eval.split_benchmarks=[digits]"]
 
 
 def test_acl_compare_models_writes_one_table(tmp_path, capsys):

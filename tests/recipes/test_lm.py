@@ -61,7 +61,7 @@ def test_cli_train_eval_generate_export(corpus, tmp_path, capsys):
     assert out.startswith("and the")
     assert main(["lm", "export", str(run), str(tmp_path / "exp")]) == 0
     model = CausalLM.from_pretrained(tmp_path / "exp")
-    assert model.config.mixer == "ttt_linear"
+    assert model.config.sequence_layer == "ttt_linear"
     greedy = lm.generate_text(tmp_path / "exp", "and the", 12, temperature=0)
     assert greedy == lm.generate_text(run, "and the", 12, temperature=0)
     assert len(greedy.encode()) <= len("and the") + 12
@@ -110,9 +110,9 @@ def test_gradient_accumulation_counts_tokens(corpus, tmp_path):
     assert res["run"]["trained_tokens"] == 2 * 2 * 4 * 32
 
 
-def test_compare_mixers_at_equal_token_budget(corpus, tmp_path, capsys):
+def test_compare_sequence_layers_at_equal_token_budget(corpus, tmp_path, capsys):
     root = tmp_path / "cmp"
-    args = ["lm", "compare", "--mixers", "ttt_mlp,softmax_attention", "--preset", "smoke"]
+    args = ["lm", "compare", "--models", "ttt_mlp,softmax_attention", "--preset", "smoke"]
     assert main([*args, "--run-root", str(root), f"data.path={corpus}", "train.max_steps=3"]) == 0
     table = (root / "comparison.md").read_text()
     assert "ttt_mlp" in table and "softmax_attention" in table and "bits per byte" in table
@@ -132,12 +132,12 @@ def test_bad_settings_name_the_key(corpus, tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="data.path"):
         lm.train(_cfg(tmp_path / "missing.txt"), tmp_path / "c")
     with pytest.raises(ValueError, match="backbone"):
-        lm.train(_cfg(corpus, "model.mixer=deltanet", "model.backbone=mamba"), tmp_path / "d")
+        lm.train(_cfg(corpus, "model.sequence_layer=deltanet", "model.backbone=mamba"), tmp_path / "d")
     with pytest.raises(ValueError, match="eval.splits"):
         lm.train(_cfg(corpus, "train.max_steps=1"), tmp_path / "e")
         lm.evaluate(tmp_path / "e", overrides=["eval.splits=[train,dev]"])
-    with pytest.raises(ValueError, match="model.hidden_size / num_attention_heads"):
-        lm.train(_cfg(corpus, "model.hidden_size=30"), tmp_path / "f")
+    with pytest.raises(ValueError, match="model.d_model / num_heads"):
+        lm.train(_cfg(corpus, "model.d_model=30"), tmp_path / "f")
     with pytest.raises(ValueError, match="train.checkpoint_every_steps"):
         lm.train(_cfg(corpus, "train.checkpoint_every_steps=0"), tmp_path / "g")
     if not torch.cuda.is_available():
@@ -155,7 +155,9 @@ def test_bad_settings_name_the_key(corpus, tmp_path, capsys):
 
 
 def test_config_errors_leave_no_run_folder(corpus, tmp_path):
-    for i, override in enumerate(["model.mixer=nope", "train.lr=0", "train.checkpoint_every_steps=0"]):
+    for i, override in enumerate(
+        ["model.sequence_layer=nope", "train.lr=0", "train.checkpoint_every_steps=0"]
+    ):
         with pytest.raises(ValueError):
             lm.train(_cfg(corpus, override), tmp_path / f"r{i}")
         assert not (tmp_path / f"r{i}").exists()

@@ -78,7 +78,7 @@ def test_eval_out_never_overwrites_another_run_without_force(trained, tmp_path, 
         "--out",
         str(b),
         "eval.split_benchmarks=[digits]",
-        "eval.fewshot_episodes=4",
+        "eval.episodes=4",
     ]
     assert main(args) == 2
     assert "already holds a run" in capsys.readouterr().err

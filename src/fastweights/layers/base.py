@@ -69,7 +69,7 @@ def check_input_dtype(name: str, x: Tensor, module: nn.Module, what: str = "laye
 
 
 class SequenceLayer(nn.Module):
-    """Base class of the sequence mixers (SRWM, DeltaNet, TTT, attention, LSTM).
+    """Base class of the sequence layers (SRWM, DeltaNet, TTT, attention, LSTM).
 
     ``out, state = layer(x [B, T, d_model], state=None)``: ``state=None`` starts from the slow
     weights; the returned state continues the sequence exactly (one call over a concatenation equals

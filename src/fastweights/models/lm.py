@@ -1,22 +1,28 @@
-"""Causal language model whose sequence mixers are TTT / DeltaNet / SRWM / softmax-attention layers.
+"""Causal language model whose sequence layers are TTT / DeltaNet / SRWM / softmax-attention layers.
 
 Architecture (Sun et al., "Learning to (Learn at Test Time)", arXiv 2407.04620, §3 and Appendix; the
 reference ``ttt.py`` of ttt-lm-pytorch, ``Block`` / ``TTTModel`` / ``TTTForCausalLM``):
 
-- embedding → ``num_hidden_layers`` pre-norm residual blocks → final RMSNorm → ``lm_head`` (tied to the
+- embedding → ``num_layers`` pre-norm residual blocks → final RMSNorm → ``lm_head`` (tied to the
   embedding by default, as in the reference);
 - block: [Mamba backbone only: ``h ← h + CausalConv(RMSNorm(h))``, depthwise, kernel 4, bias]
-  → ``h ← h + Mixer(RMSNorm(h))`` → ``h ← h + SwiGLU(RMSNorm(h))``;
-- backbones: ``"transformer"`` (the mixer where attention would be) and ``"mamba"`` (TTT only: the
+  → ``h ← h + SequenceLayer(RMSNorm(h))`` → ``h ← h + SwiGLU(RMSNorm(h))``;
+- backbones: ``"transformer"`` (the sequence layer where attention would be) and ``"mamba"`` (TTT only: the
   pre-conv above, shared Q/K projection with two depthwise convs, and an output gate inside the TTT
   layer);
 - initialisation: every ``nn.Linear`` / ``nn.Embedding`` ~ N(0, ``initializer_range``), biases 0.
 
-The TTT mixers are the reference's residual form exactly (``x + TTT(RMSNorm(x))``). The library's
+The TTT layers are the reference's residual form exactly (``x + TTT(RMSNorm(x))``). The library's
 other layers (:mod:`fastweights.layers`) are residual sublayers already and are used as they are:
 softmax attention (causal, Llama-style RoPE on absolute positions, KV cache), DeltaNet and linear
-attention as ``x + out(Mixer(LayerNorm(x)))``; the SRWM keeps its reference placement
-``LayerNorm(x) + out(SRWM(x))`` (not pre-norm) and SR-Delta ``x + out(Mixer(x))`` (no norm).
+attention as ``x + out(Layer(LayerNorm(x)))``; the SRWM keeps its reference placement
+``LayerNorm(x) + out(SRWM(x))`` (not pre-norm) and SR-Delta ``x + out(Layer(x))`` (no norm).
+
+The config's field names are the library's vocabulary, shared with the classifier recipes
+(``d_model``, ``num_layers``, ``num_heads``, ``d_ff``, ``sequence_layer``, ``layer_options``); the
+reference's Hugging Face names (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
+``intermediate_size``) and the former ``mixer`` / ``mixer_options`` are read as deprecated spellings
+(:attr:`LMConfig.DEPRECATED_FIELDS`).
 
 State dict keys equal the reference ``TTTForCausalLM`` (``model.layers.{i}.seq_modeling_block.*``,
 ``model.layers.{i}.mlp.{gate,up,down}_proj``, ``model.layers.{i}.conv.{norm,conv}``, ``ffn_norm``,
@@ -32,12 +38,13 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from fastweights.config import rename_deprecated
 from fastweights.io import atomic_write_bytes, atomic_write_json
 from fastweights.layers import SEQUENCE_LAYERS, SequenceLayer, make_sequence_layer
 from fastweights.layers.base import check_layer_input
@@ -55,7 +62,7 @@ __all__ = [
 ]
 
 BACKBONES = ("auto", "transformer", "mamba")
-# layer options the config sets from its own fields; not allowed in ``mixer_options``
+# layer options the config sets from its own fields; not allowed in ``layer_options``
 _TYPED_OPTIONS = {
     "mini_batch_size",
     "ttt_base_lr",
@@ -73,26 +80,42 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-_TTT_MIXERS = ("ttt_linear", "ttt_mlp")
+_TTT_LAYERS = ("ttt_linear", "ttt_mlp")
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 MODEL_TYPE = "fastweights_lm"
 
 
 @dataclass
 class LMConfig:
-    """Hyper-parameters of :class:`CausalLM` (field names follow Hugging Face configs).
+    """Hyper-parameters of :class:`CausalLM` (field names shared with the classifier recipes' ``model``
+    section; the TTT paper's Hugging Face names map as ``hidden_size`` → ``d_model``,
+    ``num_hidden_layers`` → ``num_layers``, ``num_attention_heads`` → ``num_heads``,
+    ``intermediate_size`` → ``d_ff``).
 
-    ``backbone = "auto"`` is ``"mamba"`` for the TTT mixers (the paper's (M) models) and
-    ``"transformer"`` for the others; ``ttt_base_lr = None`` means the reference default for the mixer
-    (1.0 for TTT-Linear, 0.1 for TTT-MLP); ``mixer_options`` are extra keyword options of the mixer layer.
+    ``sequence_layer`` is a name of ``fastweights.layers.SEQUENCE_LAYERS``; ``backbone = "auto"`` is
+    ``"mamba"`` for the TTT layers (the paper's (M) models) and ``"transformer"`` for the others;
+    ``ttt_base_lr = None`` means the reference default for the layer (1.0 for TTT-Linear, 0.1 for
+    TTT-MLP); ``layer_options`` are extra keyword options of the sequence layer. :meth:`from_dict` (and so
+    ``config.json`` of :meth:`CausalLM.from_pretrained`) also reads the deprecated spellings of
+    :attr:`DEPRECATED_FIELDS`, with a warning on stderr.
     """
 
+    #: deprecated field name → its new name (read by :meth:`from_dict` and :meth:`preset` for one release)
+    DEPRECATED_FIELDS: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_hidden_layers": "num_layers",
+        "num_attention_heads": "num_heads",
+        "intermediate_size": "d_ff",
+        "mixer": "sequence_layer",
+        "mixer_options": "layer_options",
+    }
+
     vocab_size: int = 256
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    intermediate_size: int = 352
-    mixer: str = "ttt_linear"
+    d_model: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    d_ff: int = 352
+    sequence_layer: str = "ttt_linear"
     backbone: str = "auto"
     mini_batch_size: int = 16
     ttt_base_lr: float | None = None
@@ -102,7 +125,7 @@ class LMConfig:
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
     dropout: float = 0.0
-    mixer_options: dict[str, Any] = field(default_factory=dict)
+    layer_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -115,35 +138,36 @@ class LMConfig:
         """
         for name in (
             "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
+            "d_model",
+            "num_layers",
+            "num_heads",
+            "d_ff",
             "mini_batch_size",
             "conv_kernel",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
+        if self.d_model % self.num_heads:
             raise ValueError(
-                f"hidden_size: expected a multiple of num_attention_heads={self.num_attention_heads}, "
-                f"got {self.hidden_size}"
+                f"d_model: expected a multiple of num_heads={self.num_heads}, got {self.d_model}"
             )
-        if self.mixer not in SEQUENCE_LAYERS:
-            raise ValueError(f"mixer: expected one of {SEQUENCE_LAYERS}, got {self.mixer!r}")
-        head_dim = self.hidden_size // self.num_attention_heads
-        if self.mixer in (*_TTT_MIXERS, "softmax_attention") and head_dim % 2:
+        if self.sequence_layer not in SEQUENCE_LAYERS:
             raise ValueError(
-                f"hidden_size / num_attention_heads: expected an even head dim for RoPE "
-                f"(mixer {self.mixer!r}), got {self.hidden_size} / {self.num_attention_heads} = {head_dim}"
+                f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {self.sequence_layer!r}"
+            )
+        head_dim = self.d_model // self.num_heads
+        if self.sequence_layer in (*_TTT_LAYERS, "softmax_attention") and head_dim % 2:
+            raise ValueError(
+                f"d_model / num_heads: expected an even head dim for RoPE (sequence_layer "
+                f"{self.sequence_layer!r}), got {self.d_model} / {self.num_heads} = {head_dim}"
             )
         if self.backbone not in BACKBONES:
             raise ValueError(f"backbone: expected one of {BACKBONES}, got {self.backbone!r}")
-        if self.backbone == "mamba" and self.mixer not in _TTT_MIXERS:
+        if self.backbone == "mamba" and self.sequence_layer not in _TTT_LAYERS:
             raise ValueError(
-                f"backbone: 'mamba' (shared Q/K convs and gate) exists only for {_TTT_MIXERS}; "
-                f"use backbone='transformer' for mixer={self.mixer!r}"
+                f"backbone: 'mamba' (shared Q/K convs and gate) exists only for {_TTT_LAYERS}; "
+                f"use backbone='transformer' for sequence_layer={self.sequence_layer!r}"
             )
         if not _is_real(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout: expected a number in [0, 1), got {self.dropout!r}")
@@ -157,37 +181,40 @@ class LMConfig:
             raise ValueError(f"ttt_base_lr: expected None or a finite number > 0, got {self.ttt_base_lr!r}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise ValueError(f"tie_word_embeddings: expected a bool, got {self.tie_word_embeddings!r}")
-        if not isinstance(self.mixer_options, dict):
-            raise ValueError(f"mixer_options: expected a dict, got {self.mixer_options!r}")
-        typed = sorted(set(self.mixer_options) & _TYPED_OPTIONS)
+        if not isinstance(self.layer_options, dict):
+            raise ValueError(f"layer_options: expected a dict, got {self.layer_options!r}")
+        typed = sorted(set(self.layer_options) & _TYPED_OPTIONS)
         if typed:
             raise ValueError(
-                f"mixer_options: {typed} are set by the config itself (fields or backbone); "
+                f"layer_options: {typed} are set by the config itself (fields or backbone); "
                 f"expected other options, e.g. {{'chunk_size': 32}}"
             )
         return self
 
     @property
     def resolved_backbone(self) -> str:
-        """``backbone`` with ``"auto"`` resolved (``"mamba"`` for TTT mixers, else ``"transformer"``)."""
+        """``backbone`` with ``"auto"`` resolved (``"mamba"`` for TTT layers, else ``"transformer"``)."""
         if self.backbone != "auto":
             return self.backbone
-        return "mamba" if self.mixer in _TTT_MIXERS else "transformer"
+        return "mamba" if self.sequence_layer in _TTT_LAYERS else "transformer"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with ``model_type`` (the content of ``config.json``)."""
         return {"model_type": MODEL_TYPE, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LMConfig:
-        """Inverse of :meth:`to_dict`.
+    def from_dict(cls, d: dict[str, Any], where: str = "config") -> LMConfig:
+        """Inverse of :meth:`to_dict`; deprecated field names (:attr:`DEPRECATED_FIELDS`, e.g. a
+        ``config.json`` written before the rename) are renamed with a warning on stderr naming
+        ``where``.
 
         Raises:
-            ValueError: for a different ``model_type`` or unknown keys.
+            ValueError: for a different ``model_type``, unknown keys, or a deprecated field given with
+                its new name.
         """
         if not isinstance(d, dict):
             raise ValueError(f"config: expected a dict of LMConfig fields, got {type(d).__name__}")
-        d = dict(d)
+        d = rename_deprecated(dict(d), cls.DEPRECATED_FIELDS, where)
         model_type = d.pop("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise ValueError(f"config: expected model_type {MODEL_TYPE!r}, got {model_type!r}")
@@ -199,63 +226,38 @@ class LMConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> LMConfig:
-        """A named size from :data:`LM_PRESETS` with fields overridden (e.g. ``mixer=``, ``vocab_size=``).
+        """A named size from :data:`LM_PRESETS` with fields overridden (e.g. ``sequence_layer=``,
+        ``vocab_size=``; the deprecated names, e.g. ``mixer=``, are accepted with a warning).
 
         Raises:
-            ValueError: for an unknown preset name or a bad field.
+            ValueError: for an unknown preset name, a bad field, or a deprecated field given with its
+                new name.
         """
         if name not in LM_PRESETS:
             raise ValueError(f"preset: expected one of {sorted(LM_PRESETS)}, got {name!r}")
+        overrides = rename_deprecated(dict(overrides), cls.DEPRECATED_FIELDS, "LMConfig.preset")
         return cls.from_dict({**LM_PRESETS[name], **overrides})
 
 
 # The TTT paper's sizes (§3, ``TTT_STANDARD_CONFIGS``; vocab 32000 = Llama-2) and CPU-sized ones.
 LM_PRESETS: dict[str, dict[str, Any]] = {
-    "125m": dict(
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=2048,
-        vocab_size=32000,
-    ),
-    "350m": dict(
-        hidden_size=1024,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        intermediate_size=2736,
-        vocab_size=32000,
-    ),
-    "760m": dict(
-        hidden_size=1536,
-        num_hidden_layers=24,
-        num_attention_heads=16,
-        intermediate_size=4096,
-        vocab_size=32000,
-    ),
-    "1.3b": dict(
-        hidden_size=2048,
-        num_hidden_layers=24,
-        num_attention_heads=32,
-        intermediate_size=5504,
-        vocab_size=32000,
-    ),
-    "tiny": dict(
-        hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=352, vocab_size=256
-    ),
-    "micro": dict(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=256
-    ),
+    "125m": dict(d_model=768, num_layers=12, num_heads=12, d_ff=2048, vocab_size=32000),
+    "350m": dict(d_model=1024, num_layers=24, num_heads=16, d_ff=2736, vocab_size=32000),
+    "760m": dict(d_model=1536, num_layers=24, num_heads=16, d_ff=4096, vocab_size=32000),
+    "1.3b": dict(d_model=2048, num_layers=24, num_heads=32, d_ff=5504, vocab_size=32000),
+    "tiny": dict(d_model=128, num_layers=2, num_heads=4, d_ff=352, vocab_size=256),
+    "micro": dict(d_model=32, num_layers=1, num_heads=2, d_ff=64, vocab_size=256),
 }
 
 
 class SwiGLU(nn.Module):
     """``down_proj(SiLU(gate_proj(x)) * up_proj(x))``, all bias-free (Shazeer 2020)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+    def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -264,11 +266,11 @@ class SwiGLU(nn.Module):
 class _PreConv(nn.Module):
     """Mamba-backbone sublayer ``h + conv(RMSNorm(h))`` (depthwise causal, kernel ``k``, bias)."""
 
-    def __init__(self, hidden_size: int, kernel: int, eps: float) -> None:
+    def __init__(self, d_model: int, kernel: int, eps: float) -> None:
         super().__init__()
-        self.norm = nn.RMSNorm(hidden_size, eps=eps)
+        self.norm = nn.RMSNorm(d_model, eps=eps)
         # only the parameters are used (``causal_depthwise_conv``); padding as in the reference module
-        self.conv = nn.Conv1d(hidden_size, hidden_size, kernel, groups=hidden_size, padding=kernel - 1)
+        self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, padding=kernel - 1)
 
     def forward(self, h: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
         y, state = causal_depthwise_conv(self.norm(h), self.conv.weight, self.conv.bias, state)
@@ -278,9 +280,9 @@ class _PreConv(nn.Module):
 class _Block(nn.Module):
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
-        c, h = cfg.hidden_size, cfg.num_attention_heads
+        c, h = cfg.d_model, cfg.num_heads
         options: dict[str, Any] = {}
-        if cfg.mixer in _TTT_MIXERS:
+        if cfg.sequence_layer in _TTT_LAYERS:
             mamba = cfg.resolved_backbone == "mamba"
             options = dict(
                 mini_batch_size=cfg.mini_batch_size,
@@ -291,32 +293,32 @@ class _Block(nn.Module):
             )
             if cfg.ttt_base_lr is not None:
                 options["ttt_base_lr"] = cfg.ttt_base_lr
-        elif cfg.mixer == "softmax_attention":
+        elif cfg.sequence_layer == "softmax_attention":
             options = dict(rope=True, rope_theta=cfg.rope_theta)
         if cfg.resolved_backbone == "mamba":
             self.conv = _PreConv(c, cfg.conv_kernel, cfg.rms_norm_eps)
         self.seq_modeling_block: SequenceLayer = make_sequence_layer(
-            cfg.mixer, c, h, dropout=cfg.dropout, **{**options, **cfg.mixer_options}
+            cfg.sequence_layer, c, h, dropout=cfg.dropout, **{**options, **cfg.layer_options}
         )
-        if cfg.mixer in _TTT_MIXERS:  # the reference's RMSNorm eps
+        if cfg.sequence_layer in _TTT_LAYERS:  # the reference's RMSNorm eps
             self.seq_modeling_block.seq_norm.eps = cfg.rms_norm_eps
         self.ffn_norm = nn.RMSNorm(c, eps=cfg.rms_norm_eps)
-        self.mlp = SwiGLU(c, cfg.intermediate_size)
+        self.mlp = SwiGLU(c, cfg.d_ff)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, h: Tensor, state: tuple[Any, Tensor | None] | None) -> tuple[Tensor, tuple]:
-        mixer_state, conv_state = (None, None) if state is None else state
+        layer_state, conv_state = (None, None) if state is None else state
         if hasattr(self, "conv"):
             h, conv_state = self.conv(h, conv_state)
-        h, mixer_state = self.seq_modeling_block(h, mixer_state)
+        h, layer_state = self.seq_modeling_block(h, layer_state)
         h = h + self.dropout(self.mlp(self.ffn_norm(h)))
-        return h, (mixer_state, conv_state)
+        return h, (layer_state, conv_state)
 
 
 @dataclass
 class LMCache:
-    """Decode cache of :class:`CausalLM`: per block ``(mixer state, pre-conv state or None)`` and the
-    number of tokens consumed. Mixer states are the layers' own states (TTT: weights at the last
+    """Decode cache of :class:`CausalLM`: per block ``(sequence-layer state, pre-conv state or None)`` and
+    the number of tokens consumed. Sequence-layer states are the layers' own states (TTT: weights at the last
     mini-batch boundary + accumulated gradients; attention: K/V; DeltaNet/SRWM: fast weights)."""
 
     blocks: list[tuple[Any, Tensor | None]]
@@ -333,9 +335,9 @@ class LMBackbone(nn.Module):
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
         self.config = cfg.validate()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_hidden_layers))
-        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.rms_norm_eps)
 
     def forward(
         self,
@@ -357,7 +359,7 @@ class LMBackbone(nn.Module):
             h = self.embed_tokens(input_ids)
         else:
             assert inputs_embeds is not None
-            check_layer_input(inputs_embeds, self.config.hidden_size)
+            check_layer_input(inputs_embeds, self.config.d_model)
             h = inputs_embeds
             weight = self.embed_tokens.weight
             if h.dtype != weight.dtype and not torch.is_autocast_enabled(h.device.type):
@@ -399,7 +401,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = cfg.validate()
         self.model = LMBackbone(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init_weights)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -441,7 +443,8 @@ class CausalLM(nn.Module):
         map_location: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
     ) -> CausalLM:
-        """Inverse of :meth:`save_pretrained`; ``dtype`` defaults to the saved ``torch_dtype``.
+        """Inverse of :meth:`save_pretrained`; ``dtype`` defaults to the saved ``torch_dtype``. A
+        ``config.json`` written before the config's fields were renamed loads (with a warning on stderr).
 
         Raises:
             FileNotFoundError: if ``folder`` lacks ``config.json`` or ``model.safetensors``.
@@ -459,7 +462,7 @@ class CausalLM(nn.Module):
                 )
         raw = json.loads((folder / CONFIG_FILE).read_text())
         saved_dtype = raw.pop("torch_dtype", "float32") if isinstance(raw, dict) else "float32"
-        cfg = LMConfig.from_dict(raw)
+        cfg = LMConfig.from_dict(raw, f"config: {folder / CONFIG_FILE}")
         if dtype is None:
             dtype = getattr(torch, str(saved_dtype), None)
             if not isinstance(dtype, torch.dtype):

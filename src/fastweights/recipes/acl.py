@@ -174,11 +174,11 @@ def evaluate(
     t0 = time.monotonic()
     test_pool = load_glyph_pools(cfg.data)["test"]
     test_sampler = EpisodeSampler(test_pool)
-    with tqdm(total=e.fewshot_episodes, desc="held-out task pairs", unit="ep", dynamic_ncols=True) as bar:
+    with tqdm(total=e.episodes, desc="held-out task pairs", unit="ep", dynamic_ncols=True) as bar:
         accs = evaluate_task_pairs(
             model,
             test_sampler,
-            episodes=e.fewshot_episodes,
+            episodes=e.episodes,
             n_way=e.n_way,
             k_shot=e.k_shot,
             n_query=e.n_query,
@@ -194,14 +194,14 @@ def evaluate(
             "dataset": test_pool.name,
             "n_way": e.n_way,
             "k_shot": e.k_shot,
-            "episodes": e.fewshot_episodes,
+            "episodes": e.episodes,
             "accuracy": table["A|A"]["mean"],
             "ci95": table["A|A"]["ci95"],
         },
         "forgetting": {
             "n_way": e.n_way,
             "k_shot": e.k_shot,
-            "episodes": e.fewshot_episodes,
+            "episodes": e.episodes,
             "table": table,
             "task_a": test_pool.name,
             "task_b": test_pool.name,

@@ -9,6 +9,7 @@ The sections reuse the shared configs: ``data`` is a :class:`~fastweights.data.r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from fastweights.checks import check_choices, check_device, check_int, check_real
 from fastweights.cl.protocols import SCENARIOS
@@ -58,7 +59,7 @@ class TrainConfig(OptimConfig):
 
 @dataclass
 class EvalConfig:
-    fewshot_episodes: int = 1000
+    episodes: int = 1000  # held-out few-shot task pairs
     n_way: int = 5
     k_shot: int = 5
     n_query: int = 1
@@ -70,7 +71,7 @@ class EvalConfig:
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        for name in ("fewshot_episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot"):
+        for name in ("episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot"):
             check_int(name, getattr(self, name))
         check_int("batch_size", self.batch_size)
         check_int("seed", self.seed, low=0)
@@ -80,6 +81,9 @@ class EvalConfig:
 
 @dataclass
 class ACLConfig:
+    #: deprecated dotted key → new key (presets, run folders' ``config.yaml``, overrides; one release)
+    DEPRECATED_KEYS: ClassVar[dict[str, str]] = {"eval.fewshot_episodes": "eval.episodes"}
+
     name: str = "acl"
     device: str = "auto"
     data: DataConfig = field(default_factory=DataConfig)

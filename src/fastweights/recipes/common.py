@@ -14,7 +14,13 @@ import numpy as np
 import torch
 
 from fastweights.checks import check_betas, check_choice, check_int, check_real
-from fastweights.config import apply_overrides, config_to_yaml, load_run_config
+from fastweights.config import (
+    apply_overrides,
+    config_to_yaml,
+    deprecated_keys,
+    load_run_config,
+    rename_deprecated,
+)
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, resume_fallback_hint
@@ -149,6 +155,7 @@ def _resume_overrides(cfg: C, overrides: list[str] | None, run_dir: Path) -> C:
     """
     if not overrides:
         return cfg
+    overrides = rename_deprecated(list(overrides), deprecated_keys(cfg), "overrides")  # warn once
     new = apply_overrides(cfg, overrides)
     refused = []
     for item in overrides:

@@ -57,7 +57,7 @@ def variants(
         return [(f"{key.rsplit('.', 1)[-1]}={v}", f"{key}={v}") for v in values]
     unknown = [m for m in models or [] if m not in SEQUENCE_LAYERS]
     if unknown or not models:
-        raise ValueError(f"models (--models / --mixers): expected names from {SEQUENCE_LAYERS}, got {models}")
+        raise ValueError(f"models (--models): expected names from {SEQUENCE_LAYERS}, got {models}")
     return [(m, f"{model_key}={m}") for m in models]
 
 

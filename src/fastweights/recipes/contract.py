@@ -49,7 +49,7 @@ class Recipe(Protocol):
 
     NAME: str  # the registry / CLI name
     CONFIG: type  # the config dataclass of presets in configs/<NAME>/
-    MODEL_KEY: str  # the config key of the sequence layer / mixer (`compare --models`)
+    MODEL_KEY: str  # the config key of the sequence layer (`compare --models`)
 
     def build_model(self, cfg: Any) -> torch.nn.Module:
         """The untrained model of ``cfg``."""

@@ -1,4 +1,4 @@
-"""Recipe ``lm``: byte-level causal language modelling with TTT / attention / DeltaNet / SRWM mixers
+"""Recipe ``lm``: byte-level causal language modelling with TTT / attention / DeltaNet / SRWM layers
 (Sun et al., arXiv 2407.04620, §2.7 and §3).
 
 ``train`` → ``run_dir/{config.yaml, command.txt, metrics.jsonl, tensorboard/, checkpoints/}``;
@@ -47,7 +47,7 @@ __all__ = [
 
 NAME = "lm"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = LMRecipeConfig
-MODEL_KEY = "model.mixer"  # what `compare` varies
+MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 MAX_NEW_TOKENS = 100_000  # `lm generate` cap: decoding is one step per byte (minutes per 100k on a CPU)
 LN2 = math.log(2.0)
 
@@ -143,7 +143,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         resume=run.resume,
         extra_state={"batch_rng": (gen.get_state, gen.set_state)},
         metadata={"config": asdict(cfg)},
-        description=f"lm {cfg.model.mixer}",
+        description=f"lm {cfg.model.sequence_layer}",
         postfix=("train_bpb",),
         map_location=device,
     )
@@ -185,7 +185,7 @@ def evaluate(
     splits = {}
     for split in e.splits:
         windows = eval_windows(cuts[split], seq_len, e.windows)
-        desc = f"lm eval {split} ({cfg.model.mixer})"
+        desc = f"lm eval {split} ({cfg.model.sequence_layer})"
         with tqdm(total=len(windows), desc=desc, unit="win", dynamic_ncols=True) as bar:
             per_pos = position_losses(model, windows, e.batch_size, progress=bar.update)
         loss = float(per_pos.mean())
@@ -199,7 +199,7 @@ def evaluate(
         }
     results = {
         "run": {
-            **run_summary(cfg, run_dir, state, which, command, model_name=cfg.model.mixer),
+            **run_summary(cfg, run_dir, state, which, command, model_name=cfg.model.sequence_layer),
             "eval_minutes": (time.monotonic() - t0) / 60,
             "parameters": model.num_parameters(),
             "trained_tokens": state["step"] * _tokens_per_step(cfg),
@@ -299,13 +299,13 @@ def plot_position_curves(results: dict[str, dict[str, Any]], path: Path, split: 
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Header and rows of ``compare``: one row per mixer at the same token budget; bits per byte on each
-    evaluated cut, and on the first cut at position 1 and over the last position range of the report's
-    doubling ranges (e.g. 129–256 for 256-byte windows)."""
+    """Header and rows of ``compare``: one row per sequence layer at the same token budget; bits per byte
+    on each evaluated cut, and on the first cut at position 1 and over the last position range of the
+    report's doubling ranges (e.g. 129–256 for 256-byte windows)."""
     first = next(iter(results.values()))["lm"]
     splits = list(first["splits"])
     late = _binned(first["splits"][splits[0]]["bpb_by_position"])[-1][0]
-    header = ["mixer", "parameters", "tokens", "train min"]
+    header = ["sequence layer", "parameters", "tokens", "train min"]
     header += [f"{s} bits per byte" for s in splits]
     header += [f"{splits[0]} bpb at position 1", f"{splits[0]} bpb at positions {late}"]
     rows = []
@@ -320,7 +320,8 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
-    """``run_root/comparison_<split>.png``: the loss-by-position curves of all mixers, one axis per cut."""
+    """``run_root/comparison_<split>.png``: the loss-by-position curves of all sequence layers, one axis
+    per cut."""
     for split in next(iter(results.values()))["lm"]["splits"]:
         plot_position_curves(results, Path(run_root) / f"comparison_{split}.png", split)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from fastweights.checks import check_betas, check_choices, check_device, check_int, check_real
 from fastweights.data.sources.text import VOCAB_SIZE
@@ -102,6 +103,11 @@ class LMEvalConfig:
 
 @dataclass
 class LMRecipeConfig:
+    #: deprecated dotted key → new key (presets, run folders' ``config.yaml``, overrides; one release)
+    DEPRECATED_KEYS: ClassVar[dict[str, str]] = {
+        f"model.{old}": f"model.{new}" for old, new in LMConfig.DEPRECATED_FIELDS.items()
+    }
+
     name: str = "lm"
     device: str = "auto"
     model: LMConfig = field(default_factory=LMConfig)
