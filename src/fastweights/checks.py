@@ -11,7 +11,15 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["check_int", "check_real", "check_choice", "check_choices", "check_betas", "check_device"]
+__all__ = [
+    "check_ints",
+    "check_int",
+    "check_real",
+    "check_choice",
+    "check_choices",
+    "check_betas",
+    "check_device",
+]
 
 
 def _is_int(value: Any) -> bool:
@@ -34,6 +42,16 @@ def check_int(name: str, value: Any, low: int | None = 1, high: int | None = Non
         else:
             want = f"an int in [{'-inf' if low is None else low}, {high}]"
         raise ValueError(f"{name}: expected {want}, got {value!r}")
+
+
+def check_ints(obj: Any, names: Iterable[str], low: int | None = 1, high: int | None = None) -> None:
+    """:func:`check_int` for each attribute ``names`` of ``obj`` (a config dataclass's fields).
+
+    Raises:
+        ValueError: naming the first bad field.
+    """
+    for name in names:
+        check_int(name, getattr(obj, name), low, high)
 
 
 def check_real(

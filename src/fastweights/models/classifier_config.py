@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastweights.checks import check_choice, check_int, check_real
+from fastweights.checks import check_choice, check_ints, check_real
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.models.backbones import NORMS, Conv4
 from fastweights.models.in_context import InContextClassifier
@@ -34,8 +34,7 @@ class ClassifierConfig:
     def __post_init__(self) -> None:
         """Check every field without building a model (``ValueError`` naming the field)."""
         check_choice("sequence_layer", self.sequence_layer, SEQUENCE_LAYERS)
-        for name in ("num_classes", "d_model", "num_layers", "num_heads", "ff_factor", "channels"):
-            check_int(name, getattr(self, name))
+        check_ints(self, ("num_classes", "d_model", "num_layers", "num_heads", "ff_factor", "channels"))
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={self.num_heads}, got {self.d_model}"

@@ -11,7 +11,6 @@ warm-up, periodic validation on the meta-validation classes, atomic best/latest 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,16 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
-from fastweights.recipes.common import RecipeRun, fit_run, load_trained, run_summary, train_verb
+from fastweights.recipes.common import (
+    RecipeRun,
+    evaluate_verb,
+    fit_run,
+    train_verb,
+)
 from fastweights.recipes.contract import RECIPE_MEMBERS
-from fastweights.recipes.report import plot_bars, plot_learning_curves, save_evaluation, write_report
+from fastweights.recipes.report import plot_bars, plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager, read_checkpoint
-from fastweights.train.run_folder import locks_eval_output, output_folder
+from fastweights.train.run_folder import output_folder
 
 __all__ = [*RECIPE_MEMBERS, "compare_curves", "load_glyph_pools"]  # the recipe contract + extras
 
@@ -149,35 +153,17 @@ def _split_datasets(cfg: ACLConfig) -> dict[str, SplitDataset]:
     return out
 
 
-@locks_eval_output
-def evaluate(
-    run_dir: Path,
-    *,
-    which: str = "best",
-    overrides: list[str] | None = None,
-    command: str | None = None,
-    out_dir: Path | None = None,
-    force: bool = False,
+def _measure(
+    cfg: ACLConfig, state: dict[str, Any], model: InContextClassifier, device: Any
 ) -> dict[str, Any]:
-    """Evaluate the ``which`` checkpoint of ``run_dir``; writes ``results.json``, ``report.md`` and
-    ``plots/`` into ``out_dir`` (default: ``run_dir``; the training log is copied there for the curve).
-
-    Raises:
-        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
-        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
-            process holds it, or the checkpoint is damaged.
-    """
-    run_dir = Path(run_dir)
-    cfg, state, model, device = load_trained(run_dir, ACLConfig, build_model, which, overrides)
-    model.eval()
+    """Few-shot accuracy and the in-context forgetting table on the held-out classes, then the split
+    benchmarks of ``eval.split_benchmarks`` × ``eval.scenarios`` (ACL paper §4)."""
     e = cfg.eval
-    t0 = time.monotonic()
     test_pool = load_glyph_pools(cfg.data)["test"]
-    test_sampler = EpisodeSampler(test_pool)
     with tqdm(total=e.episodes, desc="held-out task pairs", unit="ep", dynamic_ncols=True) as bar:
         accs = evaluate_task_pairs(
             model,
-            test_sampler,
+            EpisodeSampler(test_pool),
             episodes=e.episodes,
             n_way=e.n_way,
             k_shot=e.k_shot,
@@ -188,24 +174,16 @@ def evaluate(
             progress=bar.update,
         )
     table = summarize_task_pairs(accs)
+    task = {"n_way": e.n_way, "k_shot": e.k_shot, "episodes": e.episodes}
     results: dict[str, Any] = {
-        "run": {**run_summary(cfg, run_dir, state, which, command), "acl_loss": cfg.train.acl_loss},
+        "run": {"acl_loss": cfg.train.acl_loss},
         "fewshot": {
             "dataset": test_pool.name,
-            "n_way": e.n_way,
-            "k_shot": e.k_shot,
-            "episodes": e.episodes,
+            **task,
             "accuracy": table["A|A"]["mean"],
             "ci95": table["A|A"]["ci95"],
         },
-        "forgetting": {
-            "n_way": e.n_way,
-            "k_shot": e.k_shot,
-            "episodes": e.episodes,
-            "table": table,
-            "task_a": test_pool.name,
-            "task_b": test_pool.name,
-        },
+        "forgetting": {**task, "table": table, "task_a": test_pool.name, "task_b": test_pool.name},
         "split": {},
     }
     for name, ds in _split_datasets(cfg).items():
@@ -215,8 +193,7 @@ def evaluate(
             results["split"][key] = evaluate_split_benchmark(
                 model, ds, k_shot=e.split_k_shot, runs=e.split_runs, scenario=scenario, device=device
             )
-    results["run"]["eval_minutes"] = (time.monotonic() - t0) / 60
-    return save_evaluation(results, run_dir, out_dir, write_report)
+    return results
 
 
 def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
@@ -340,4 +317,13 @@ train = train_verb(
     _fit,
     load_data=_train_data,
     doc=_fit.__doc__ or "",
+)
+
+evaluate = evaluate_verb(
+    _measure,
+    config_cls=ACLConfig,
+    build=build_model,
+    write_report=write_report,
+    doc="""Evaluate the ``which`` checkpoint of ``run_dir``: few-shot accuracy and the in-context
+    forgetting table on the held-out classes, and the 5-task split benchmarks.""",
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fastweights.checks import check_choices, check_device, check_int, check_real
+from fastweights.checks import check_choices, check_device, check_int, check_ints, check_real
 from fastweights.cl.protocols import SCENARIOS
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import FASHION_MNIST_DEBIAN, PoolConfig
@@ -51,8 +51,7 @@ class TrainConfig(OptimConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_way", "k_shot", "n_query", "num_tasks"):
-            check_int(name, getattr(self, name))
+        check_ints(self, ("n_way", "k_shot", "n_query", "num_tasks"))
         check_int("label_space", self.label_space, low=0)
         check_real("online_weight", self.online_weight, 0)
 
@@ -71,8 +70,7 @@ class EvalConfig:
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot"):
-            check_int(name, getattr(self, name))
+        check_ints(self, ("episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot"))
         check_int("batch_size", self.batch_size)
         check_int("seed", self.seed, low=0)
         check_choices("split_benchmarks", self.split_benchmarks, SPLIT_BENCHMARKS, nonempty=False)

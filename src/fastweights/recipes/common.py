@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from fastweights.checks import check_betas, check_choice, check_int, check_real
+from fastweights.checks import check_betas, check_choice, check_ints, check_real
 from fastweights.config import (
     apply_overrides,
     config_to_yaml,
@@ -28,6 +29,7 @@ from fastweights.train.run_folder import (
     RunFolderError,
     folder_contents,
     holds_lock,
+    locks_eval_output,
     locks_run_dir,
     remove_stale_temporaries,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "RecipeRun",
     "start_run",
     "train_verb",
+    "evaluate_verb",
     "fit_run",
     "load_trained",
     "prepare_run",
@@ -77,10 +80,8 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         """Check every field (``ValueError`` naming it; the config loader adds the section)."""
-        for name in ("batch_size", "val_every_steps", "val_episodes", "checkpoint_every_steps"):
-            check_int(name, getattr(self, name))
-        for name in ("warmup_steps", "synthetic_steps", "max_steps", "seed", "threads"):
-            check_int(name, getattr(self, name), low=0)
+        check_ints(self, ("batch_size", "val_every_steps", "val_episodes", "checkpoint_every_steps"))
+        check_ints(self, ("warmup_steps", "synthetic_steps", "max_steps", "seed", "threads"), low=0)
         check_real("lr", self.lr, 0)  # 0 freezes the weights (e.g. to evaluate a loaded model)
         check_real("adam_eps", self.adam_eps, 0, low_open=True)
         check_betas("adam_betas", self.adam_betas)
@@ -464,6 +465,72 @@ def train_verb(
     train.__doc__ = doc.rstrip() + _TRAIN_DOC
     train.__module__ = fit_recipe.__module__
     return train
+
+
+_EVALUATE_DOC = """
+
+    Args:
+        run_dir: a run folder written by ``train`` (or an ``export`` copy).
+        which: the checkpoint, ``"best"`` or ``"latest"``.
+        overrides: ``eval.*`` (or other) ``key=value`` items applied to the run's saved config.
+        command: the command recorded as ``results.json`` ``run.eval_command``.
+        out_dir: where ``results.json``, ``report.md`` and ``plots/`` go (default ``run_dir``; the
+            training log is copied there for the curves).
+        force: write into an ``out_dir`` that holds another run or other files.
+
+    Returns:
+        The results (``run`` section + the recipe's sections), as written to ``results.json``.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
+            process holds it, or the checkpoint is damaged.
+        ValueError: for overrides the config refuses or data the recipe cannot evaluate on.
+    """
+
+
+def evaluate_verb(
+    measure: Callable[[Any, dict[str, Any], torch.nn.Module, torch.device], dict[str, Any]],
+    *,
+    config_cls: type,
+    build: Callable[[Any], torch.nn.Module],
+    write_report: Callable[[dict[str, Any], Path], Path],
+    doc: str,
+) -> Callable[..., dict[str, Any]]:
+    """The ``evaluate`` function of a recipe module: the output folder's lock and guard, the trained
+    model (:func:`load_trained`, in eval mode), ``measure(cfg, checkpoint, model, device)`` → the
+    recipe's result sections (a ``"run"`` entry adds fields to the run section), the run summary with
+    the evaluation time, then ``results.json`` + ``write_report``
+    (:func:`~fastweights.recipes.report.save_evaluation`).
+    """
+
+    @locks_eval_output
+    def evaluate(
+        run_dir: Path,
+        *,
+        which: str = "best",
+        overrides: list[str] | None = None,
+        command: str | None = None,
+        out_dir: Path | None = None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        from fastweights.recipes.report import save_evaluation
+
+        run_dir = Path(run_dir)
+        cfg, state, model, device = load_trained(run_dir, config_cls, build, which, overrides)
+        model.eval()
+        t0 = time.monotonic()
+        sections = measure(cfg, state, model, device)
+        run = {
+            **run_summary(cfg, run_dir, state, which, command),
+            **sections.pop("run", {}),
+            "eval_minutes": (time.monotonic() - t0) / 60,
+        }
+        return save_evaluation({"run": run, **sections}, run_dir, out_dir, write_report)
+
+    evaluate.__doc__ = doc.rstrip() + _EVALUATE_DOC
+    evaluate.__module__ = measure.__module__
+    return evaluate
 
 
 def fit_run(

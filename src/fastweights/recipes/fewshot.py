@@ -10,7 +10,6 @@ warm-up, validation on the meta-validation classes, atomic best/latest checkpoin
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,15 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
-from fastweights.recipes.common import RecipeRun, fit_run, load_trained, run_summary, train_verb
+from fastweights.recipes.common import (
+    RecipeRun,
+    evaluate_verb,
+    fit_run,
+    train_verb,
+)
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot_config import FewShotConfig
-from fastweights.recipes.report import plot_bars, plot_learning_curves, run_header, save_evaluation
-from fastweights.train.run_folder import locks_eval_output
+from fastweights.recipes.report import plot_bars, plot_learning_curves, run_header
 
 __all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 
@@ -89,29 +92,12 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     )
 
 
-@locks_eval_output
-def evaluate(
-    run_dir: Path,
-    *,
-    which: str = "best",
-    overrides: list[str] | None = None,
-    command: str | None = None,
-    out_dir: Path | None = None,
-    force: bool = False,
+def _measure(
+    cfg: FewShotConfig, state: dict[str, Any], model: InContextClassifier, device: Any
 ) -> dict[str, Any]:
-    """Evaluate the ``which`` checkpoint of ``run_dir`` on the meta-test classes; writes
-    ``results.json``, ``report.md`` and ``plots/learning_curve.png`` into ``out_dir`` (default ``run_dir``).
-
-    Raises:
-        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
-        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
-            process holds it, or the checkpoint is damaged.
-    """
-    run_dir = Path(run_dir)
-    cfg, state, model, device = load_trained(run_dir, FewShotConfig, build_model, which, overrides)
-    t0 = time.monotonic()
-    sampler = EpisodeSampler(load_pools_for(cfg.data)["test"])
+    """``eval.runs`` × ``eval.episodes`` meta-test episodes (SRWM paper §4.1)."""
     e, t = cfg.eval, cfg.train
+    sampler = EpisodeSampler(load_pools_for(cfg.data)["test"])
     with tqdm(total=e.runs * e.episodes, desc="meta-test episodes", unit="ep", dynamic_ncols=True) as bar:
         res = evaluate_fewshot(
             model,
@@ -125,14 +111,7 @@ def evaluate(
             device=device,
             progress=bar.update,
         )
-    results = {
-        "run": {
-            **run_summary(cfg, run_dir, state, which, command),
-            "eval_minutes": (time.monotonic() - t0) / 60,
-        },
-        "fewshot": {"dataset": f"{cfg.data.source}/test", "n_way": t.n_way, "k_shot": t.k_shot, **res},
-    }
-    return save_evaluation(results, run_dir, out_dir, write_report)
+    return {"fewshot": {"dataset": f"{cfg.data.source}/test", "n_way": t.n_way, "k_shot": t.k_shot, **res}}
 
 
 def _curve(run_dir: Path, key: str) -> list[tuple[float, float]]:
@@ -218,4 +197,13 @@ train = train_verb(
     _fit,
     load_data=lambda c, _: load_pools_for(c.data),
     doc=_fit.__doc__ or "",
+)
+
+evaluate = evaluate_verb(
+    _measure,
+    config_cls=FewShotConfig,
+    build=build_model,
+    write_report=write_report,
+    doc="""Evaluate the ``which`` checkpoint of ``run_dir`` on ``eval.runs`` × ``eval.episodes`` meta-test
+    episodes with one query each (mean ± 95% CI); the report has the learning curve.""",
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fastweights.checks import check_device, check_int
+from fastweights.checks import check_device, check_int, check_ints
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import PoolConfig
 from fastweights.models.classifier_config import ClassifierConfig, check_label_space
@@ -41,8 +41,7 @@ class FewShotTrainConfig(OptimConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_way", "k_shot", "n_query"):
-            check_int(name, getattr(self, name))
+        check_ints(self, ("n_way", "k_shot", "n_query"))
 
 
 @dataclass
@@ -53,8 +52,7 @@ class FewShotEvalConfig:
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "runs", "batch_size"):
-            check_int(name, getattr(self, name))
+        check_ints(self, ("episodes", "runs", "batch_size"))
         check_int("seed", self.seed, low=0)
 
 

@@ -10,7 +10,6 @@ byte by token position: does the loss keep falling later in the context?); ``gen
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,18 @@ from fastweights.data.sources.text import (
 )
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
-from fastweights.recipes.common import RecipeRun, load_trained, loop_settings, run_summary, train_verb
+from fastweights.recipes.common import (
+    RecipeRun,
+    evaluate_verb,
+    load_trained,
+    loop_settings,
+    train_verb,
+)
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.lm_config import LMRecipeConfig
-from fastweights.recipes.report import md_table, run_header, save_evaluation
+from fastweights.recipes.report import md_table, run_header
 from fastweights.train.loop import fit
-from fastweights.train.run_folder import locks_eval_output, output_folder
+from fastweights.train.run_folder import output_folder
 from fastweights.train.schedules import warmup_cosine
 
 __all__ = [
@@ -149,29 +154,12 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     )
 
 
-@locks_eval_output
-def evaluate(
-    run_dir: Path,
-    *,
-    which: str = "best",
-    overrides: list[str] | None = None,
-    command: str | None = None,
-    out_dir: Path | None = None,
-    force: bool = False,
-) -> dict[str, Any]:
-    """Evaluate the ``which`` checkpoint on each cut of ``eval.splits`` (validation and test): loss
-    (nats/byte), bits per byte, perplexity (per byte) and bits per byte at every position of
-    ``eval.seq_len``-byte windows. Writes ``results.json``, ``report.md`` and
-    ``plots/loss_by_position_<split>.png`` into ``out_dir`` (default ``run_dir``).
+def _measure(cfg: LMRecipeConfig, state: dict[str, Any], model: CausalLM, device: Any) -> dict[str, Any]:
+    """Loss, bits per byte, perplexity and bits per byte by position on each cut of ``eval.splits``.
 
     Raises:
-        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
-        ValueError: for an unknown split in ``eval.splits`` or a cut shorter than one window.
-        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
-            process holds it, or the checkpoint is damaged.
+        ValueError: for a cut shorter than one window.
     """
-    run_dir = Path(run_dir)
-    cfg, state, model, _ = load_trained(run_dir, LMRecipeConfig, build_model, which, overrides)
     e = cfg.eval
     seq_len = e.seq_len or cfg.train.seq_len
     corpus, cuts = load_splits(cfg)
@@ -181,7 +169,6 @@ def evaluate(
                 f"eval.seq_len: the {split} cut has {len(cuts[split])} bytes, fewer than one window of "
                 f"{seq_len} + 1"
             )
-    t0 = time.monotonic()
     splits = {}
     for split in e.splits:
         windows = eval_windows(cuts[split], seq_len, e.windows)
@@ -197,16 +184,13 @@ def evaluate(
             "perplexity": math.exp(loss),
             "bpb_by_position": (per_pos / LN2).tolist(),
         }
-    results = {
+    return {
         "run": {
-            **run_summary(cfg, run_dir, state, which, command, model_name=cfg.model.sequence_layer),
-            "eval_minutes": (time.monotonic() - t0) / 60,
             "parameters": model.num_parameters(),
             "trained_tokens": state["step"] * _tokens_per_step(cfg),
         },
         "lm": {"corpus": corpus, "seq_len": seq_len, "splits": splits},
     }
-    return save_evaluation(results, run_dir, out_dir, write_report)
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
@@ -406,4 +390,14 @@ train = train_verb(
     _fit,
     load_data=_train_data,
     doc=_fit.__doc__ or "",
+)
+
+evaluate = evaluate_verb(
+    _measure,
+    config_cls=LMRecipeConfig,
+    build=build_model,
+    write_report=write_report,
+    doc="""Evaluate the ``which`` checkpoint on each cut of ``eval.splits`` (validation and test): loss
+    (nats/byte), bits per byte, perplexity (per byte) and bits per byte at every position of
+    ``eval.seq_len``-byte windows (plots ``loss_by_position_<split>.png``).""",
 )

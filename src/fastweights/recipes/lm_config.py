@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fastweights.checks import check_betas, check_choices, check_device, check_int, check_real
+from fastweights.checks import check_betas, check_choices, check_device, check_int, check_ints, check_real
 from fastweights.data.sources.text import VOCAB_SIZE
 from fastweights.models.lm import LMConfig
 
@@ -61,17 +61,18 @@ class LMTrainConfig:
     tensorboard: bool = True
 
     def __post_init__(self) -> None:
-        for name in (
-            "batch_size",
-            "accumulation_steps",
-            "seq_len",
-            "val_every_steps",
-            "val_windows",
-            "checkpoint_every_steps",
-        ):
-            check_int(name, getattr(self, name))
-        for name in ("max_steps", "seed", "threads"):
-            check_int(name, getattr(self, name), low=0)
+        check_ints(
+            self,
+            (
+                "batch_size",
+                "accumulation_steps",
+                "seq_len",
+                "val_every_steps",
+                "val_windows",
+                "checkpoint_every_steps",
+            ),
+        )
+        check_ints(self, ("max_steps", "seed", "threads"), low=0)
         check_real("lr", self.lr, 0, low_open=True)
         check_real("min_lr", self.min_lr, 0, self.lr)
         check_real("warmup_fraction", self.warmup_fraction, 0, 1, high_open=True)

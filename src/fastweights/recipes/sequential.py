@@ -10,7 +10,6 @@ and by position → ``results.json``, ``report.md``, ``plots/``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,15 @@ from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl import export  # noqa: F401 (the slim run copy serves every classifier recipe)
-from fastweights.recipes.common import RecipeRun, fit_run, load_trained, run_summary, train_verb
+from fastweights.recipes.common import (
+    RecipeRun,
+    evaluate_verb,
+    fit_run,
+    train_verb,
+)
 from fastweights.recipes.contract import RECIPE_MEMBERS
-from fastweights.recipes.report import run_header, save_evaluation
+from fastweights.recipes.report import run_header
 from fastweights.recipes.sequential_config import SequentialConfig
-from fastweights.train.run_folder import locks_eval_output
 
 __all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + extras
 
@@ -102,32 +105,15 @@ def _domains(cfg: SequentialConfig) -> list[Any]:
     return [cfg.domain_a, cfg.domain_b]
 
 
-@locks_eval_output
-def evaluate(
-    run_dir: Path,
-    *,
-    which: str = "best",
-    overrides: list[str] | None = None,
-    command: str | None = None,
-    out_dir: Path | None = None,
-    force: bool = False,
+def _measure(
+    cfg: SequentialConfig, state: dict[str, Any], model: InContextClassifier, device: Any
 ) -> dict[str, Any]:
-    """Evaluate the ``which`` checkpoint of ``run_dir`` on both stream orders of the meta-test pools;
-    writes ``results.json``, ``report.md`` and ``plots/`` into ``out_dir`` (default ``run_dir``).
-
-    Raises:
-        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
-        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
-            process holds it, or the checkpoint is damaged.
-    """
-    run_dir = Path(run_dir)
-    cfg, state, model, device = load_trained(run_dir, SequentialConfig, build_model, which, overrides)
-    t0 = time.monotonic()
+    """Both stream orders (A→B, B→A) of the meta-test pools, untrimmed (SRWM paper §4.2)."""
+    e, t = cfg.eval, cfg.train
     names = [d.source for d in _domains(cfg)]
     samplers = [
         EpisodeSampler(load_pools_for(d, key)["test"]) for key, d in zip(DOMAINS, _domains(cfg), strict=True)
     ]
-    e, t = cfg.eval, cfg.train
     orders = {}
     for order in ((0, 1), (1, 0)):
         key = " -> ".join(names[i] for i in order)
@@ -144,14 +130,7 @@ def evaluate(
                 device=device,
             ),
         }
-    results = {
-        "run": {
-            **run_summary(cfg, run_dir, state, which, command),
-            "eval_minutes": (time.monotonic() - t0) / 60,
-        },
-        "sequential": {"n_way": t.n_way, "k_shot": t.k_shot, "orders": orders},
-    }
-    return save_evaluation(results, run_dir, out_dir, write_report)
+    return {"sequential": {"n_way": t.n_way, "k_shot": t.k_shot, "orders": orders}}
 
 
 def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, title: str) -> Path:
@@ -261,4 +240,13 @@ train = train_verb(
     _fit,
     load_data=lambda c, _: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)],
     doc=_fit.__doc__ or "",
+)
+
+evaluate = evaluate_verb(
+    _measure,
+    config_cls=SequentialConfig,
+    build=build_model,
+    write_report=write_report,
+    doc="""Evaluate the ``which`` checkpoint of ``run_dir`` on both stream orders of the meta-test pools:
+    overall / per-task accuracy, by occurrence and by position.""",
 )
