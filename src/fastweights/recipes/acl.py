@@ -313,11 +313,7 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
     )
 
 
-train = train_verb(
-    _fit,
-    load_data=_train_data,
-    doc=_fit.__doc__ or "",
-)
+train = train_verb(_fit, load_data=_train_data)
 
 evaluate = evaluate_verb(
     _measure,

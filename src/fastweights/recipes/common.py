@@ -430,7 +430,7 @@ def train_verb(
     fit_recipe: Callable[[RecipeRun], dict[str, Any]],
     *,
     load_data: Callable[[Any, bool], Any] | None = None,
-    doc: str,
+    doc: str | None = None,
 ) -> Callable[..., dict[str, Any]]:
     """The ``train`` function of a recipe module: the run folder's lock, :func:`start_run` (guards,
     config checks, ``load_data`` before anything is written) and then ``fit_recipe(run)``.
@@ -438,7 +438,7 @@ def train_verb(
     Args:
         fit_recipe: builds the model and trains it (usually through :func:`fit_run`).
         load_data: the recipe's data for the final config (see :func:`start_run`).
-        doc: the first part of the returned function's docstring (what the recipe trains).
+        doc: the first part of the returned function's docstring (default: ``fit_recipe``'s).
     """
 
     @locks_run_dir
@@ -462,7 +462,7 @@ def train_verb(
         )
         return fit_recipe(run)
 
-    train.__doc__ = doc.rstrip() + _TRAIN_DOC
+    train.__doc__ = (doc or fit_recipe.__doc__ or "").rstrip() + _TRAIN_DOC
     train.__module__ = fit_recipe.__module__
     return train
 

@@ -193,11 +193,7 @@ def summary(results: dict[str, Any]) -> str:
     )
 
 
-train = train_verb(
-    _fit,
-    load_data=lambda c, _: load_pools_for(c.data),
-    doc=_fit.__doc__ or "",
-)
+train = train_verb(_fit, load_data=lambda c, _: load_pools_for(c.data))
 
 evaluate = evaluate_verb(
     _measure,

@@ -386,11 +386,7 @@ def summary(results: dict[str, Any]) -> str:
     return ", ".join(f"{name} {c['bpb']:.4f} bits per byte" for name, c in cuts.items())
 
 
-train = train_verb(
-    _fit,
-    load_data=_train_data,
-    doc=_fit.__doc__ or "",
-)
+train = train_verb(_fit, load_data=_train_data)
 
 evaluate = evaluate_verb(
     _measure,

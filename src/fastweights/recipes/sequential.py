@@ -237,9 +237,7 @@ def summary(results: dict[str, Any]) -> str:
 
 
 train = train_verb(
-    _fit,
-    load_data=lambda c, _: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)],
-    doc=_fit.__doc__ or "",
+    _fit, load_data=lambda c, _: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)]
 )
 
 evaluate = evaluate_verb(
