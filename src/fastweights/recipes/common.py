@@ -23,6 +23,7 @@ from fastweights.config import (
     rename_deprecated,
 )
 from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.recipes.report import save_evaluation
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, resume_fallback_hint
 from fastweights.train.run_folder import (
@@ -514,8 +515,6 @@ def evaluate_verb(
         out_dir: Path | None = None,
         force: bool = False,
     ) -> dict[str, Any]:
-        from fastweights.recipes.report import save_evaluation
-
         run_dir = Path(run_dir)
         cfg, state, model, device = load_trained(run_dir, config_cls, build, which, overrides)
         model.eval()

@@ -56,9 +56,17 @@ class Recipe(Protocol):
         ...
 
     def train(
-        self, cfg: Any, run_dir: Path, *, resume: bool = False, command: str | None = None
+        self,
+        cfg: Any,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        command: str | None = None,
+        overrides: list[str] | None = None,
+        force: bool = False,
     ) -> dict[str, Any]:
-        """Train into ``run_dir``; returns the last validation record (``step``, ``minutes``, …)."""
+        """Train into ``run_dir`` (made by :func:`fastweights.recipes.common.train_verb`); returns the last
+        validation record (``step``, ``minutes``, …)."""
         ...
 
     def evaluate(
@@ -69,15 +77,17 @@ class Recipe(Protocol):
         overrides: list[str] | None = None,
         command: str | None = None,
         out_dir: Path | None = None,
+        force: bool = False,
     ) -> dict[str, Any]:
-        """Evaluate a checkpoint; writes ``results.json``, ``report.md``, ``plots/``; returns the results."""
+        """Evaluate a checkpoint (made by :func:`fastweights.recipes.common.evaluate_verb`); writes
+        ``results.json``, ``report.md``, ``plots/``; returns the results."""
         ...
 
     def write_report(self, results: dict[str, Any], out_dir: Path) -> Path:
         """``report.md`` (+ plots) of one evaluation's results in ``out_dir``."""
         ...
 
-    def export(self, run_dir: Path, out_dir: Path, *, which: str = "best") -> Path:
+    def export(self, run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
         """A slim, shareable copy of a run's model; returns the written model file or folder."""
         ...
 

@@ -364,7 +364,7 @@ def generate_text(
     return decode(out[0].cpu())
 
 
-def export(run_dir: Path, out_dir: Path, which: str = "best", *, force: bool = False) -> Path:
+def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
     """Write the ``which`` checkpoint's model as ``config.json`` + ``model.safetensors`` in ``out_dir``
     (loadable with :meth:`CausalLM.from_pretrained`). ``out_dir`` must be new or empty (``force``:
     write into it anyway); it is locked while written.
