@@ -1,8 +1,8 @@
 """Select a data source by its config name: few-shot class pools and train/test split datasets.
 
 Real benchmarks are read from local folders only (never downloaded). ``root=None`` means
-``$FASTWEIGHTS_DATA``; the embedded sources (FontGlyphs, scikit-learn digits) need no folder, and
-Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` files.
+``$FASTWEIGHTS_DATA``; the embedded sources (FontGlyphs, EmojiImages, scikit-learn digits) need no folder,
+and Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` files.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from fastweights.checks import check_choice, check_int
 from .sources.base import ClassPool, SplitDataset
 from .sources.cifar import load_cifar10, load_cifar100_pools
 from .sources.digits import load_digits_split
+from .sources.emoji import load_emoji_images
 from .sources.glyphs import load_font_glyphs
 from .sources.idx import load_idx_dataset
 from .sources.miniimagenet import load_mini_imagenet
@@ -41,6 +42,10 @@ FASHION_MNIST_DEBIAN = "/usr/share/datasets/fashion-mnist"
 
 def _fontglyphs(root: Path | None, size: int, **kw: Any) -> dict[str, ClassPool]:
     return load_font_glyphs(image_size=size, **kw)
+
+
+def _emoji(root: Path | None, size: int, **kw: Any) -> dict[str, ClassPool]:
+    return load_emoji_images(image_size=size, **kw)
 
 
 def _fc100(root: Path, size: int, **kw: Any) -> dict[str, ClassPool]:
@@ -76,6 +81,7 @@ def _sized(loader: Callable[..., Any]) -> Callable[..., Any]:
 # name -> (default image size, needs a root folder, loader(root, image_size, **options))
 _POOLS: dict[str, tuple[int, bool, Callable[..., dict[str, ClassPool]]]] = {
     "fontglyphs": (32, False, _fontglyphs),
+    "emoji": (32, False, _emoji),
     "omniglot": (28, True, _sized(load_omniglot)),
     "mini_imagenet": (84, True, _sized(load_mini_imagenet)),
     "fc100": (32, True, _fc100),
@@ -88,6 +94,7 @@ _DATASETS: dict[str, tuple[int, bool, Callable[..., SplitDataset]]] = {
     "cifar10": (32, True, _sized(load_cifar10)),
 }
 CLASS_POOLS = tuple(_POOLS)
+_EMBEDDED_POOLS = tuple(name for name, (_, needs_root, _) in _POOLS.items() if not needs_root)
 SPLIT_DATASETS = tuple(_DATASETS)
 
 
@@ -116,8 +123,9 @@ def load_class_pools(
     """Few-shot pools ``{"train", "val", "test"} -> ClassPool`` of the source ``name``.
 
     ``name`` (default image size, loader): ``"fontglyphs"`` (32, :func:`load_font_glyphs`; ``root``
-    ignored), ``"omniglot"`` (28, grayscale, :func:`load_omniglot`), ``"mini_imagenet"`` (84, RGB,
-    :func:`load_mini_imagenet`), ``"fc100"`` and ``"cifar_fs"`` (32, RGB, :func:`load_cifar100_pools`).
+    ignored), ``"emoji"`` (32, RGB, :func:`load_emoji_images`; ``root`` ignored), ``"omniglot"`` (28,
+    grayscale, :func:`load_omniglot`), ``"mini_imagenet"`` (84, RGB, :func:`load_mini_imagenet`),
+    ``"fc100"`` and ``"cifar_fs"`` (32, RGB, :func:`load_cifar100_pools`).
     ``root`` (default ``$FASTWEIGHTS_DATA``) is the folder the loader documents; ``options`` are passed
     to the loader (e.g. ``cache_dir``). Raises ``ValueError`` for an unknown name or a missing root,
     and whatever the loader raises (``FileNotFoundError`` naming the expected layout, ``ValueError``).
@@ -143,15 +151,15 @@ def load_split_dataset(
 @dataclass
 class PoolConfig:
     """Where few-shot classes come from: ``source`` is a name of :data:`CLASS_POOLS`
-    (``fontglyphs`` embedded; ``omniglot``, ``mini_imagenet``, ``fc100``, ``cifar_fs`` from ``root``)
-    or of :data:`SPLIT_DATASETS` (e.g. ``fashion_mnist``: its classes become a pool)."""
+    (``fontglyphs`` and ``emoji`` embedded; ``omniglot``, ``mini_imagenet``, ``fc100``, ``cifar_fs`` from
+    ``root``) or of :data:`SPLIT_DATASETS` (e.g. ``fashion_mnist``: its classes become a pool)."""
 
     source: str = "fontglyphs"
     root: str | None = None  # local folder of a real benchmark (default $FASTWEIGHTS_DATA)
     image_size: int = 32
     channels: int = 1
     rotations: bool = True  # 0/90/180/270° copies as extra meta-training classes (Omniglot-style)
-    # FontGlyphs rendering (ignored by the other sources)
+    # FontGlyphs rendering (ignored by the other sources; emoji uses examples_per_class, seed, cache_dir)
     examples_per_class: int = 20
     max_classes_per_script: int = 80
     max_scripts: int | None = None
@@ -203,7 +211,9 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
                 seed=p.seed,
                 cache_dir=p.cache_dir,
             )
-        if p.root is None and p.source != "fontglyphs" and not os.environ.get("FASTWEIGHTS_DATA"):
+        elif p.source == "emoji":
+            options = dict(examples_per_class=p.examples_per_class, seed=p.seed, cache_dir=p.cache_dir)
+        if p.root is None and p.source not in _EMBEDDED_POOLS and not os.environ.get("FASTWEIGHTS_DATA"):
             raise ValueError(
                 f"{key}.root: expected the local folder holding the {p.source!r} files "
                 f"(or set $FASTWEIGHTS_DATA); none given"
