@@ -171,3 +171,55 @@ def test_registry_and_pool_config(cache, pools):
         load_pools_for(
             PoolConfig(source="emoji", channels=1, image_size=16, examples_per_class=2, cache_dir=str(cache))
         )
+
+
+def test_packaged_split_is_the_documented_procedure():
+    """The shipped lists are what scripts/make_emoji_splits.py writes for the installed emoji-test.txt."""
+    from fastweights.data.sources._splits import read_split
+
+    classes, _ = emoji_catalog()
+    counts = Counter((e.group, e.subgroup) for e in classes)
+    made = build.assign_subgroups(counts, {"train": 0.7, "val": 0.1, "test": 0.2})
+    for split, tree in made.items():
+        assert read_split("emoji", split) == tree, split
+
+
+def test_assign_subgroups_is_stratified_by_group():
+    counts = {("A", f"a{i}"): 10 for i in range(10)} | {("B", f"b{i}"): 5 for i in range(10)}
+    out = build.assign_subgroups(counts, {"train": 0.7, "val": 0.1, "test": 0.2})
+    for group in ("A", "B"):
+        sizes = {s: len(t.get(group, [])) for s, t in out.items()}
+        assert sizes == {"train": 7, "val": 1, "test": 2}
+    # the result does not depend on the order of the counts
+    assert out == build.assign_subgroups(
+        dict(reversed(list(counts.items()))), {"train": 0.7, "val": 0.1, "test": 0.2}
+    )
+
+
+def test_subgroup_missing_from_the_split_lists_is_left_out_with_a_warning(monkeypatch, caplog):
+    full = emoji_subgroup_splits()
+    monkeypatch.setattr(
+        emoji, "emoji_subgroup_splits", lambda: {k: v for k, v in full.items() if k != "face-smiling"}
+    )
+    with caplog.at_level("WARNING", logger=emoji.__name__):
+        pools = load_emoji_images(cache=False, **TINY)
+    assert "face-smiling" in caplog.text and "no packaged split" in caplog.text
+    assert all("face-smiling" not in p.alphabets for p in pools.values())
+
+
+def test_undrawable_renders_are_detected():
+    assert build.render_emoji(emoji.EMOJI_FONT, "\u0378") is None  # unassigned code point: blank
+    assert build.render_emoji(emoji.EMOJI_FONT, "\U0001f600\U0001f600") is None  # two glyphs, no ligature
+    one = build.render_emoji(emoji.EMOJI_FONT, "\U0001f600")
+    assert one.shape == (build.CANVAS, build.CANVAS, 4) and one.dtype == np.uint8
+    assert (one[..., 3] >= 128).sum() > build.MIN_OPAQUE
+
+
+def test_split_lists_with_a_subgroup_twice_or_a_bad_shape_are_errors(monkeypatch):
+    lists = {"train": {"G": ["a", "b"]}, "val": {"G": ["b"]}, "test": {}}
+    monkeypatch.setattr(emoji, "read_split", lambda bench, split: lists[split])
+    with pytest.raises(ValueError, match="emoji/val.json: subgroup 'b' is already in the train split"):
+        emoji_subgroup_splits()
+    lists["val"] = ["b"]
+    with pytest.raises(ValueError, match=r"emoji/val.json: expected \{group: \[subgroup, \.\.\.\]\}"):
+        emoji_subgroup_splits()
