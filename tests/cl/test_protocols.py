@@ -4,11 +4,19 @@ import numpy as np
 import pytest
 import torch
 
-from fastweights.cl.protocols import FORGETTING_KEYS, evaluate_split_benchmark, evaluate_task_pairs
+from fastweights.cl.objective import sequence_query_logits
+from fastweights.cl.protocols import (
+    FORGETTING_KEYS,
+    evaluate_split_benchmark,
+    evaluate_task_pairs,
+    evaluate_task_sequence,
+)
+from fastweights.cl.tasks import sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources.base import ClassPool, LabeledImages, SplitDataset
 from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier
+from tests.cl.test_tasks import channel_means_model, gray_and_rgb_pools
 
 
 def _model(n=5):
@@ -40,6 +48,138 @@ def test_task_pairs_are_reproducible_and_keyed():
     assert tuple(evaluate_task_pairs(model, sampler, **kw, reverse=False)) == FORGETTING_KEYS[:3]
     with pytest.raises(ValueError, match="episodes"):
         evaluate_task_pairs(model, sampler, **{**kw, "episodes": 0})
+
+
+def test_task_pairs_of_one_sampler_are_unchanged():
+    """The same-sampler default gives the numbers recorded before cross-domain pairs existed (main at
+    fdcccb3): correct queries out of 3 classes x 2 queries per episode."""
+    accs = evaluate_task_pairs(
+        _model(), EpisodeSampler(_pool()), episodes=9, n_way=3, k_shot=1, n_query=2, batch_size=4, seed=1
+    )
+    recorded = {
+        "A|A": [1, 1, 2, 2, 2, 2, 2, 2, 2],
+        "B|A->B": [1, 3, 1, 1, 3, 2, 1, 0, 1],
+        "A|A->B": [1, 3, 2, 1, 1, 2, 1, 1, 2],
+        "B|B": [2, 4, 2, 1, 3, 2, 1, 0, 1],
+        "A|B->A": [1, 3, 2, 1, 1, 2, 1, 1, 2],
+        "B|B->A": [1, 3, 1, 1, 3, 2, 1, 0, 1],
+    }
+    assert {k: (v * 6).round().astype(int).tolist() for k, v in accs.items()} == recorded
+
+
+def _manual_pairs(model, samplers, order, *, episodes, seed, **kw):
+    """The forgetting table computed by hand from :func:`sample_task_sequences` (one batch)."""
+    a, b = sample_task_sequences(
+        model, samplers, order, np.random.default_rng(seed), batch_size=episodes, **kw
+    )
+    out = {}
+    for tasks, keys in (((a, b), FORGETTING_KEYS[:3]), ((b, a), FORGETTING_KEYS[3:])):
+        logits, _ = sequence_query_logits(model, list(tasks))
+        for key, (i, j) in zip(keys, ((0, 0), (1, 1), (1, 0)), strict=True):
+            out[key] = (logits[(i, j)].argmax(-1) == tasks[j].query_labels).float().mean(1).double().numpy()
+    return out
+
+
+def test_cross_domain_task_pairs_take_b_from_sampler_b_and_reverse_the_same_episodes():
+    model = channel_means_model(num_classes=5).eval()
+    gray, rgb = (EpisodeSampler(p) for p in gray_and_rgb_pools(classes=5))
+    kw = dict(n_way=5, k_shot=2, n_query=2)  # 5 classes: two disjoint 5-way tasks need two pools
+    got = evaluate_task_pairs(model, gray, sampler_b=rgb, episodes=6, batch_size=6, seed=3, **kw)
+    assert tuple(got) == FORGETTING_KEYS and all(
+        v.shape == (6,) and v.dtype == np.float64 for v in got.values()
+    )
+    want = _manual_pairs(model, [gray, rgb], [0, 1], episodes=6, seed=3, **kw)
+    for key in FORGETTING_KEYS:
+        np.testing.assert_array_equal(got[key], want[key])
+    with pytest.raises(ValueError, match="n_way"):  # one pool of 5 classes cannot hold A and B
+        evaluate_task_pairs(model, gray, episodes=2, seed=3, **kw)
+
+
+def _sequence(model, **kw):
+    gray, rgb = (EpisodeSampler(p) for p in gray_and_rgb_pools())
+    args = dict(order=[0, 1, 0], episodes=5, n_way=2, k_shot=2, n_query=2, batch_size=2, seed=4)
+    return evaluate_task_sequence(model, [gray, rgb], **{**args, **kw})
+
+
+def test_task_sequence_matrix_has_the_lower_triangle_and_is_reproducible():
+    model = channel_means_model()
+    R = _sequence(model, scenario="class")
+    assert R.shape == (5, 3, 3) and R.dtype == np.float64
+    lower = np.tril(np.ones((3, 3), dtype=bool))
+    assert np.isnan(R[:, ~lower]).all() and not np.isnan(R[:, lower]).any()
+    assert np.allclose(R[:, lower] * 4, np.round(R[:, lower] * 4))  # 2 classes x 2 queries
+    np.testing.assert_array_equal(R, _sequence(model, scenario="class"))
+    assert not np.array_equal(R, _sequence(model, scenario="class", seed=5), equal_nan=True)
+    assert model.training  # restored
+
+
+def test_task_sequence_row_i_is_measured_after_the_support_of_tasks_0_to_i():
+    model = channel_means_model().eval()
+    gray, rgb = (EpisodeSampler(p) for p in gray_and_rgb_pools())
+    R = evaluate_task_sequence(
+        model,
+        [gray, rgb],
+        order=[1, 0, 1],
+        episodes=4,
+        n_way=2,
+        k_shot=2,
+        n_query=2,
+        batch_size=4,
+        seed=2,
+        scenario="domain",
+        label_space=6,
+    )
+    tasks = sample_task_sequences(
+        model,
+        [gray, rgb],
+        [1, 0, 1],
+        np.random.default_rng(2),
+        batch_size=4,
+        n_way=2,
+        k_shot=2,
+        n_query=2,
+        label_space=6,
+    )
+    state = None
+    for i, task in enumerate(tasks):
+        _, state = model.forward_features(task.support_features, task.support_labels, state)
+        for j in range(i + 1):
+            pred = model.query_features(tasks[j].query_features, state).argmax(-1)
+            np.testing.assert_allclose(R[:, i, j], (pred == tasks[j].query_labels).double().mean(1).numpy())
+
+
+@pytest.mark.parametrize(
+    ("scenario", "label", "want"),
+    [("class", 1, [0.5, 0, 0]), ("class", 3, [0, 0.5, 0]), ("domain", 1, [0.5, 0.5, 0.5])],
+)
+def test_task_sequence_scores_a_forced_prediction_against_the_scenarios_targets(
+    monkeypatch, scenario, label, want
+):
+    """A model that always predicts ``label`` (of its 10 outputs) is right on exactly the queries with that
+    target: half of task ``label // 2``'s with class-incremental labels, half of every task's with {0, 1}."""
+    model = channel_means_model()
+
+    def forced(features, state=None):
+        logits = torch.zeros(*features.shape[:2], model.num_classes)
+        logits[..., label] = 1.0
+        return logits
+
+    monkeypatch.setattr(model, "query_features", forced)
+    R = _sequence(model, scenario=scenario)
+    for j, value in enumerate(want):
+        np.testing.assert_array_equal(R[:, j:, j], value)
+
+
+def test_task_sequence_refuses_bad_arguments():
+    model = channel_means_model(num_classes=5)
+    with pytest.raises(ValueError, match="label_space: scenario 'class' needs"):
+        _sequence(model, scenario="class")  # 3 tasks x 2 classes > 5 outputs
+    with pytest.raises(ValueError, match="episodes"):
+        _sequence(model, episodes=0)
+    with pytest.raises(ValueError, match="n_query"):
+        _sequence(model, n_query=0)
+    with pytest.raises(ValueError, match="order"):
+        _sequence(model, order=[0, 2])
 
 
 def _split_dataset():

@@ -7,8 +7,16 @@ import pytest
 import torch
 
 from fastweights.cl.objective import embed_tasks, synthetic_feature_tasks
-from fastweights.cl.tasks import CurriculumStage, TaskSource, curriculum_stage
+from fastweights.cl.tasks import (
+    CurriculumStage,
+    TaskSource,
+    curriculum_stage,
+    sample_task_sequences,
+    task_label_space,
+)
 from fastweights.data.episodes import EpisodeSampler
+from fastweights.data.sources.base import ClassPool
+from fastweights.models.in_context import InContextClassifier
 from tests.cl.test_fewshot import _model, _pool
 
 
@@ -112,3 +120,204 @@ def test_a_stage_too_large_for_the_pool_is_reported_by_the_sampler():
     source = _source(samplers=[EpisodeSampler(_pool(c=3, seed=1))])
     with pytest.raises(ValueError, match="n_way"):
         source.tasks(_model(), 5, "cpu")
+
+
+# --- multi-domain sequences: two tiny pools whose pixels name their pool and class -------------------
+_GRAY_STATS, _RGB_STATS = (0.1, 0.2), ((0.5, 0.4, 0.3), (0.25, 0.2, 0.15))
+
+
+def gray_and_rgb_pools(classes=6, m=5, s=4):
+    """Pool A: grayscale class ``c`` = pixel value ``10 + 10c``, repeated to RGB; pool B: RGB class ``c`` =
+    ``(100 + 10c, 30, 200)``. Every image of a class is constant, so its channel means identify it."""
+    gray = np.repeat((10 + 10 * np.arange(classes, dtype=np.uint8))[:, None, None, None], s * s, 3)
+    gray = np.broadcast_to(gray.reshape(classes, 1, 1, s, s), (classes, m, 1, s, s))
+    a = ClassPool(
+        "gray",
+        np.ascontiguousarray(np.repeat(gray, 3, axis=2)),
+        list("abcdef"[:classes]),
+        ["x"] * classes,
+        *_GRAY_STATS,
+    )
+    rgb = np.zeros((classes, m, 3, s, s), dtype=np.uint8)
+    rgb[:, :, 0] = (100 + 10 * np.arange(classes))[:, None, None, None]
+    rgb[:, :, 1], rgb[:, :, 2] = 30, 200
+    b = ClassPool("rgb", rgb, list("ghijkl"[:classes]), ["y"] * classes, *_RGB_STATS)
+    return a, b
+
+
+class ChannelMeans(torch.nn.Module):
+    """A backbone whose features are the channel means of the (normalised) images: ``[N, 3]``."""
+
+    feature_dim = 3
+
+    def forward(self, images):
+        return images.mean(dim=(-2, -1))
+
+
+def channel_means_model(num_classes=10):
+    torch.manual_seed(0)
+    model = InContextClassifier(ChannelMeans(), num_classes, d_model=12, num_layers=1, num_heads=3, d_ff=12)
+    with torch.no_grad():  # larger weights: an untrained model whose predictions depend on its input
+        for p in model.parameters():
+            p.mul_(4.0)
+    return model
+
+
+def _pixels(features, pool):
+    """Undo ``pool``'s normalisation of channel-mean features ``[..., 3]`` → pixel values ``[..., 3]``."""
+    mean, std = (torch.tensor(np.broadcast_to(v, 3), dtype=torch.float64) for v in (pool.mean, pool.std))
+    return (features.double() * std + mean) * 255
+
+
+def _classes(features, pool):
+    """The class of every example of ``pool`` from its features (normalised with ``pool``'s stats),
+    or -1 where the features are not an image of that pool normalised that way."""
+    px = _pixels(features, pool)
+    first = (px[..., 0] - (10 if pool.name == "gray" else 100)) / 10
+    rest = (px[..., 1:] - px[..., :1]) if pool.name == "gray" else (px[..., 1:] - torch.tensor([30.0, 200.0]))
+    ok = (first - first.round()).abs().lt(1e-3) & rest.abs().lt(1e-3).all(-1)
+    ok &= first.round().ge(0) & first.round().lt(pool.num_classes)
+    return torch.where(ok, first.round().long(), -1)
+
+
+@dataclass
+class _Images:  # a schedule of image steps only: 2-way 2-shot
+    batch_size: int = 4
+    n_way: int = 2
+    k_shot: int = 2
+    curriculum: list[CurriculumStage] = field(default_factory=list)
+    synthetic_steps: int = 0
+    synthetic_noise: float = 0.5
+
+
+def _two_domain_source(seed=0, schedule=None, **kw):
+    a, b = gray_and_rgb_pools()
+    kw = {"num_tasks": 3, "alternate": True, "n_query": 2, "label_space": 10, **kw}
+    return TaskSource(
+        [EpisodeSampler(a), EpisodeSampler(b)],
+        schedule or _Images(),
+        np.random.default_rng(seed),
+        torch.Generator().manual_seed(seed),
+        **kw,
+    )
+
+
+def test_alternate_order_rotates_the_samplers_per_step():
+    one, two = [EpisodeSampler(_pool(seed=1))], [EpisodeSampler(_pool(seed=1)), EpisodeSampler(_pool(seed=2))]
+    three = [*two, EpisodeSampler(_pool(seed=3))]
+
+    def order(samplers, n, **kw):
+        return [_source(samplers=samplers, num_tasks=n, **kw).order(s) for s in range(4)]
+
+    assert order(two, 2, alternate=True) == [[0, 1], [1, 0], [0, 1], [1, 0]]  # ACL §4.2: A,B then B,A
+    assert order(two, 3, alternate=True) == [[0, 1, 0], [1, 0, 1]] * 2
+    assert order(three, 3, alternate=True) == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+    assert order(three, 2, alternate=True)[1] == [1, 2]
+    assert order(one, 3, alternate=True) == [[0, 0, 0]] * 4
+    assert order(two, 2) == [[0, 1]] * 4  # without alternation: sampler order every step
+    assert _source(samplers=two).order(7) == [0, 1]  # default: one task per sampler
+    assert _source(samplers=two, tasks_per_sampler=2).num_tasks == 4  # the former spelling
+    with pytest.raises(ValueError, match="num_tasks, tasks_per_sampler"):
+        _source(num_tasks=2, tasks_per_sampler=2)
+    with pytest.raises(ValueError, match="num_tasks"):
+        _source(num_tasks=0)
+    with pytest.raises(ValueError, match="scenario"):
+        _source(scenario="task")
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_each_position_comes_from_its_pool_normalised_with_its_stats(step):
+    source = _two_domain_source()
+    pools = [s.pool for s in source.samplers]
+    tasks = source.tasks(channel_means_model(), step, "cpu")
+    assert source.order(step) == ([0, 1, 0] if step == 0 else [1, 0, 1])
+    classes = []
+    for t, (task, i) in enumerate(zip(tasks, source.order(step), strict=True)):
+        own, other = pools[i], pools[1 - i]
+        for feats, labels in (
+            (task.support_features, task.support_labels),
+            (task.query_features, task.query_labels),
+        ):
+            cls = _classes(feats, own)
+            assert (cls >= 0).all(), f"position {t}: not pool {own.name!r} normalised with its stats"
+            assert (_classes(feats, other) < 0).all()
+            for row in range(4):  # a class keeps its label within a task; 2 classes per task
+                pairs = set(zip(cls[row].tolist(), labels[row].tolist(), strict=True))
+                assert len(pairs) == 2 and len({c for c, _ in pairs}) == 2 and len({y for _, y in pairs}) == 2
+        classes.append(_classes(task.support_features, own))
+    # the pool used twice gives its two positions distinct classes in every sequence
+    twice = [t for t, i in enumerate(source.order(step)) if source.order(step).count(i) == 2]
+    for row in range(4):
+        assert not set(classes[twice[0]][row].tolist()) & set(classes[twice[1]][row].tolist())
+
+
+def test_positions_of_one_sampler_are_drawn_in_one_call_and_placed():
+    model = channel_means_model()
+    a, b = (EpisodeSampler(p) for p in gray_and_rgb_pools())
+    kw = dict(batch_size=3, n_way=2, k_shot=2, n_query=1, label_space=4)
+    got = sample_task_sequences(model, [a, b], [1, 0, 1], np.random.default_rng(7), **kw)
+    rng = np.random.default_rng(7)  # sampler 0 first (index order), then sampler 1 with 2 tasks
+    from_a = a.sample(rng, num_tasks=1, **kw)
+    from_b = b.sample(rng, num_tasks=2, **kw)
+    want = [
+        *embed_tasks(model, from_b[:1], b.pool.mean, b.pool.std, "cpu", channels=3),
+        *embed_tasks(model, from_a, a.pool.mean, a.pool.std, "cpu", channels=3),
+        *embed_tasks(model, from_b[1:], b.pool.mean, b.pool.std, "cpu", channels=3),
+    ]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.support_features, w.support_features)
+        torch.testing.assert_close(g.query_features, w.query_features)
+        assert torch.equal(g.support_labels, w.support_labels) and torch.equal(g.query_labels, w.query_labels)
+    again = sample_task_sequences(model, [a, b], [1, 0, 1], np.random.default_rng(7), **kw)
+    assert all(torch.equal(x.support_features, y.support_features) for x, y in zip(got, again, strict=True))
+    with pytest.raises(ValueError, match="order"):
+        sample_task_sequences(model, [a, b], [0, 2], np.random.default_rng(7), **kw)
+    with pytest.raises(ValueError, match="order"):
+        sample_task_sequences(model, [a, b], [], np.random.default_rng(7), **kw)
+
+
+@pytest.mark.parametrize("step", [0, 3])  # a synthetic step, an image step
+def test_class_incremental_labels_are_shifted_by_n_way_per_position(step):
+    schedule = _Images(synthetic_steps=2)
+    source = _two_domain_source(schedule=schedule, scenario="class", first_shot=True, label_space=6)
+    tasks = source.tasks(channel_means_model(), step, "cpu")
+    assert len(tasks) == 3
+    for t, task in enumerate(tasks):
+        fields = [task.support_labels, task.query_labels]
+        if step >= 2:  # first-shot demos exist on image steps only
+            fields.append(task.first_shot_labels)
+        for labels in fields:
+            for row in labels:
+                assert sorted(row.unique().tolist()) == [2 * t, 2 * t + 1]
+    domain = _two_domain_source(schedule=schedule, label_space=2).tasks(channel_means_model(), step, "cpu")
+    for task in domain:  # domain-incremental: every task labelled in 0..label_space-1
+        assert set(task.support_labels.unique().tolist()) == {0, 1}
+        assert set(task.query_labels.unique().tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize("step", [0, 3])
+def test_a_label_space_too_small_for_the_scenario_is_refused(step):
+    model, schedule = channel_means_model(num_classes=5), _Images(synthetic_steps=2)
+    with pytest.raises(
+        ValueError, match=r"label_space: scenario 'class' needs n_way \* num_tasks = 2 \* 3 = 6"
+    ):
+        _two_domain_source(schedule=schedule, scenario="class", label_space=5).tasks(model, step, "cpu")
+    with pytest.raises(ValueError, match="the model's outputs"):  # default: the model's 5 outputs
+        sample_task_sequences(
+            model,
+            _two_domain_source().samplers,
+            [0, 1, 0],
+            np.random.default_rng(0),
+            batch_size=2,
+            n_way=2,
+            k_shot=1,
+            n_query=1,
+            scenario="class",
+        )
+    with pytest.raises(ValueError, match="label_space: expected <= the model's 5 outputs, given 10"):
+        _two_domain_source(schedule=schedule, label_space=10).tasks(model, step, "cpu")
+    with pytest.raises(ValueError, match="label_space: scenario 'domain' needs n_way = 2 labels, given 1"):
+        _two_domain_source(schedule=schedule, label_space=1).tasks(model, step, "cpu")
+    assert task_label_space("class", n_way=2, num_tasks=3, label_space=None, outputs=6) == 2
+    assert task_label_space("domain", n_way=2, num_tasks=3, label_space=None, outputs=6) == 2
+    assert task_label_space("domain", n_way=2, num_tasks=3, label_space=4, outputs=6) == 4

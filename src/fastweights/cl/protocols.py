@@ -2,7 +2,10 @@
 
 - :func:`evaluate_task_pairs`: few-shot accuracy and the in-context forgetting table of the ACL paper
   (Irie et al. 2025, §4.1; queries only, nothing re-learned): for each pair of held-out tasks (A, B),
-  acc(A|A), acc(B|A→B), acc(A|A→B), and the same with the order reversed.
+  acc(A|A), acc(B|A→B), acc(A|A→B), and the same with the order reversed; A and B from one pool
+  (disjoint classes) or from two (cross-domain).
+- :func:`evaluate_task_sequence`: the accuracy matrix ``R[e, i, j]`` of ``T``-task sequences from one or
+  several domains, domain- or class-incremental (ACL paper §4.4: 5-task meta-validation and report).
 - :func:`evaluate_split_benchmark`: 5-task split benchmarks (Split-MNIST, Hsu et al. 2018; van de Ven &
   Tolias 2019; metrics of Lopez-Paz & Ranzato 2017): the accuracy matrix ``R[i, j]`` (task ``j`` after
   learning ``0..i`` in context) over several demonstration draws, with ACC / BWT / forgetting.
@@ -13,23 +16,40 @@ All queries are independent reads from the state after the demonstrations (see
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from fastweights.cl.metrics import mean_ci95, summarize_runs
-from fastweights.cl.objective import embed_tasks, sequence_query_logits, to_model_images
+from fastweights.cl.objective import sequence_query_logits, to_model_images
+from fastweights.cl.tasks import sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources.base import SplitDataset
 from fastweights.data.streams import split_benchmark
 from fastweights.models.in_context import InContextClassifier
 
-__all__ = ["evaluate_task_pairs", "evaluate_split_benchmark", "FORGETTING_KEYS", "SCENARIOS"]
+__all__ = [
+    "evaluate_task_pairs",
+    "evaluate_task_sequence",
+    "evaluate_split_benchmark",
+    "FORGETTING_KEYS",
+    "SCENARIOS",
+]
 
 SCENARIOS = ("domain", "class")  # split-benchmark scenarios: domain- / class-incremental
 
 FORGETTING_KEYS = ("A|A", "B|A->B", "A|A->B", "B|B", "A|B->A", "B|B->A")
+
+
+def _check_counts(episodes: int, batch_size: int) -> None:
+    if episodes < 1 or batch_size < 1:
+        raise ValueError(f"episodes, batch_size: expected >= 1, got {episodes}, {batch_size}")
+
+
+def _accuracy(logits: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+    """Per-sequence fraction of queries whose argmax over all outputs is the target: float64 ``[B]``."""
+    return (logits.argmax(-1) == targets).float().mean(dim=1).cpu().numpy().astype(np.float64)
 
 
 @torch.no_grad()
@@ -44,43 +64,134 @@ def evaluate_task_pairs(
     batch_size: int = 50,
     seed: int = 0,
     reverse: bool = True,
+    sampler_b: EpisodeSampler | None = None,
+    label_space: int | None = None,
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-episode accuracies of two-task sequences (A then B, and B then A when ``reverse``).
+    """Per-episode accuracies of two-task sequences (A then B, and B then A when ``reverse``; ACL paper
+    §4.1, spec §5.3: queries only, nothing re-learned).
 
-    Each episode draws two ``n_way``-way ``k_shot``-shot tasks with disjoint classes from
-    ``sampler``'s pool, with ``n_query`` queries per class. Episodes are reproducible for ``seed``.
+    Each episode draws an ``n_way``-way ``k_shot``-shot task A from ``sampler`` and a task B from
+    ``sampler_b`` (default: ``sampler``, classes disjoint from A's), ``n_query`` queries per class, each
+    task normalised with its own pool's statistics, labels in ``0..label_space-1`` (default ``n_way``);
+    sampled with :func:`~fastweights.cl.tasks.sample_task_sequences`. The reverse order reuses the
+    same episodes. Predictions are the argmax over all the model's outputs. Episodes are reproducible
+    for ``seed``.
 
     Returns:
         ``{key: float64 [episodes]}`` for the keys of :data:`FORGETTING_KEYS` (first three only when
         ``reverse`` is False); ``"A|A"`` is the plain few-shot accuracy.
+
+    Raises:
+        ValueError: if ``episodes`` or ``batch_size`` is below 1, or from the sampling (a pool too
+            small for two tasks, a label space too small or larger than the model's outputs).
     """
-    if episodes < 1 or batch_size < 1:
-        raise ValueError(f"episodes, batch_size: expected >= 1, got {episodes}, {batch_size}")
+    _check_counts(episodes, batch_size)
     was_training = model.training
     model.eval()
     rng = np.random.default_rng(seed)
-    mean, std = sampler.pool.mean, sampler.pool.std
+    samplers = [sampler] if sampler_b is None else [sampler, sampler_b]
+    order = [0, 0] if sampler_b is None else [0, 1]
     out: dict[str, list[np.ndarray]] = {k: [] for k in FORGETTING_KEYS[: 6 if reverse else 3]}
     done = 0
     while done < episodes:
         b = min(batch_size, episodes - done)
-        batches = sampler.sample(rng, batch_size=b, num_tasks=2, n_way=n_way, k_shot=k_shot, n_query=n_query)
-        a, bb = embed_tasks(model, batches, mean, std, device, channels=sampler.pool.channels)
+        a, bb = sample_task_sequences(
+            model,
+            samplers,
+            order,
+            rng,
+            batch_size=b,
+            n_way=n_way,
+            k_shot=k_shot,
+            n_query=n_query,
+            label_space=label_space,
+            device=device,
+        )
         orders = [((a, bb), ("A|A", "B|A->B", "A|A->B"))]
         if reverse:
             orders.append(((bb, a), ("B|B", "A|B->A", "B|B->A")))
         for tasks, (k00, k11, k10) in orders:
             logits, _ = sequence_query_logits(model, list(tasks), backward=True)
             for key, (i, j) in ((k00, (0, 0)), (k11, (1, 1)), (k10, (1, 0))):
-                correct = logits[(i, j)].argmax(-1) == tasks[j].query_labels
-                out[key].append(correct.float().mean(dim=1).cpu().numpy().astype(np.float64))
+                out[key].append(_accuracy(logits[(i, j)], tasks[j].query_labels))
         done += b
         if progress is not None:
             progress(b)
     model.train(was_training)
     return {k: np.concatenate(v) for k, v in out.items()}
+
+
+@torch.no_grad()
+def evaluate_task_sequence(
+    model: InContextClassifier,
+    samplers: Sequence[EpisodeSampler],
+    *,
+    order: Sequence[int],
+    episodes: int,
+    n_way: int,
+    k_shot: int,
+    n_query: int,
+    scenario: str = "domain",
+    label_space: int | None = None,
+    batch_size: int = 50,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Accuracy matrices of ``len(order)``-task sequences learned in context (ACL paper §4.4: the 5-task
+    meta-validation and report; spec §5.3's query-only measure).
+
+    Each episode is one sequence from :func:`~fastweights.cl.tasks.sample_task_sequences`: position
+    ``t`` an ``n_way``-way ``k_shot``-shot task of ``samplers[order[t]]`` (the classes of one sampler's
+    positions distinct), ``n_query`` queries per class, domain- or class-incremental labels as in
+    training (``scenario``, ``label_space``: see :func:`~fastweights.cl.tasks.task_label_space`).
+    After the support set of task ``i`` every task ``j <= i`` is queried from that state
+    (:func:`~fastweights.cl.objective.sequence_query_logits`); predictions are the argmax over all
+    the model's outputs, targets the (class-incremental: shifted) labels. Reproducible for ``seed``.
+
+    Returns:
+        float64 ``R [episodes, T, T]``, ``T = len(order)``: ``R[e, i, j]`` the fraction of task ``j``'s
+        queries classified correctly after the support sets of tasks ``0..i`` of episode ``e``
+        (``j <= i``; NaN for ``j > i``). The mean of row ``T - 1`` is the 5-task selection measure.
+
+    Raises:
+        ValueError: if ``episodes`` or ``batch_size`` is below 1, or from the sampling (bad ``order``,
+            ``scenario`` or label space, pools too small).
+    """
+    _check_counts(episodes, batch_size)
+    if n_query < 1:
+        raise ValueError(f"n_query: expected >= 1 query per class, got {n_query}")
+    was_training = model.training
+    model.eval()
+    rng = np.random.default_rng(seed)
+    num = len(order)
+    R = np.full((episodes, num, num), np.nan)
+    done = 0
+    while done < episodes:
+        b = min(batch_size, episodes - done)
+        tasks = sample_task_sequences(
+            model,
+            samplers,
+            order,
+            rng,
+            batch_size=b,
+            n_way=n_way,
+            k_shot=k_shot,
+            n_query=n_query,
+            label_space=label_space,
+            scenario=scenario,
+            device=device,
+        )
+        logits, _ = sequence_query_logits(model, tasks, backward=True)
+        for (i, j), lg in logits.items():
+            R[done : done + b, i, j] = _accuracy(lg, tasks[j].query_labels)
+        done += b
+        if progress is not None:
+            progress(b)
+    model.train(was_training)
+    return R
 
 
 def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
