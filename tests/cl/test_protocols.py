@@ -7,13 +7,12 @@ import torch
 from fastweights.cl.objective import sequence_query_logits
 from fastweights.cl.protocols import (
     FORGETTING_KEYS,
-    evaluate_split_benchmark,
     evaluate_task_pairs,
     evaluate_task_sequence,
 )
 from fastweights.cl.tasks import sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
-from fastweights.data.sources.base import ClassPool, LabeledImages, SplitDataset
+from fastweights.data.sources.base import ClassPool
 from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier
 from tests.cl.test_tasks import channel_means_model, gray_and_rgb_pools
@@ -181,50 +180,3 @@ def test_task_sequence_refuses_bad_arguments():
     with pytest.raises(ValueError, match="order"):
         _sequence(model, order=[0, 2])
 
-
-def _split_dataset():
-    rng = np.random.default_rng(0)
-
-    def part(per_class):
-        labels = np.repeat(np.arange(10), per_class)
-        return LabeledImages(
-            rng.integers(0, 256, (len(labels), 16, 16), dtype=np.uint8), labels.astype(np.int64)
-        )
-
-    return SplitDataset("toy", part(4), part(3), 10, 0.5, 0.3)
-
-
-def test_split_benchmark_domain_and_class_incremental():
-    model = _model()
-    res = evaluate_split_benchmark(model, _split_dataset(), k_shot=2, runs=2, scenario="domain")
-    R = np.array(res["R"])
-    assert R.shape == (5, 5) and res["runs"] == 2 and res["chance"] == 0.5
-    assert np.all((R >= 0) & (R <= 1)) and np.allclose(R * 6, np.round(R * 6))  # 6 test images per task
-    assert res["task_names"][0] == "0/1"
-    cls = evaluate_split_benchmark(model, _split_dataset(), k_shot=2, runs=1, scenario="class")
-    assert np.array(cls["R"]).shape == (2, 2) and cls["chance"] == 0.25  # 5 outputs -> 2-task variant
-    with pytest.raises(ValueError, match="scenario"):
-        evaluate_split_benchmark(model, _split_dataset(), k_shot=2, runs=1, scenario="task")
-    with pytest.raises(ValueError, match="outputs"):
-        evaluate_split_benchmark(_model(n=3), _split_dataset(), k_shot=2, runs=1, scenario="class")
-
-
-def test_split_benchmark_row_i_queries_the_state_after_task_i(monkeypatch):
-    """R[i, j] must be measured from the state reached after the demos of tasks 0..i (in order)."""
-    model = _model()
-    calls: list[tuple[str, int]] = []
-    real_forward, real_query = model.forward_features, model.query_features
-
-    def forward(features, labels, state=None):
-        calls.append(("learn", int(labels.numel())))
-        return real_forward(features, labels, state)
-
-    def query(features, state=None):
-        calls.append(("query", int(features.shape[1])))
-        return real_query(features, state)
-
-    monkeypatch.setattr(model, "forward_features", forward)
-    monkeypatch.setattr(model, "query_features", query)
-    evaluate_split_benchmark(model, _split_dataset(), k_shot=2, runs=1)
-    # learn task 0, query all 5 tasks, learn task 1, query all 5, ...
-    assert calls == [c for _ in range(5) for c in [("learn", 4)] + [("query", 6)] * 5]

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fastweights.data.sources.base import LabeledImages, SplitDataset
+from fastweights.data.sources.base import ClassPool, LabeledImages, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
-from fastweights.data.streams import split_benchmark
+from fastweights.data.streams import pool_split_tasks, split_benchmark
 
 
 def make_ds(n_train=200, n_test=50, seed=0) -> SplitDataset:
@@ -86,3 +86,110 @@ def test_digits_benchmark_sizes():
 def test_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         split_benchmark(make_ds(), **kw)
+
+
+def make_pool(classes=12, m=10, rgb=False) -> ClassPool:
+    """Images encode (class, example): pixel (0, 0) = class, (0, 1) = example (every channel)."""
+    images = np.zeros((classes, m, *((3,) if rgb else ()), 4, 4), np.uint8)
+    images[..., 0, 0] = np.arange(classes).reshape(-1, 1, *((1,) if rgb else ()))
+    images[..., 0, 1] = np.arange(m).reshape(1, -1, *((1,) if rgb else ()))
+    names = [f"c{i}" for i in range(classes)]
+    return ClassPool("toy", images, names, ["a"] * classes, 0.1, 0.2)
+
+
+def ids(images):
+    """(class, example) of each image."""
+    return images[..., 0, 0].reshape(len(images), -1)[:, 0], images[..., 0, 1].reshape(len(images), -1)[:, 0]
+
+
+POOL_KW = dict(num_tasks=4, k_shot=3, n_query_per_class=4, seed=7)
+
+
+def test_pool_split_classes_queries_and_demos():
+    pool = make_pool()
+    tasks = pool_split_tasks(pool, run=0, **POOL_KW)
+    order = np.random.default_rng(7).permutation(12)[:8]
+    assert [t.name for t in tasks] == [f"c{order[2 * t]}/c{order[2 * t + 1]}" for t in range(4)]
+    seen = set()
+    for t, task in enumerate(tasks):
+        a, b = order[2 * t], order[2 * t + 1]
+        cls, ex = ids(task.support_images)
+        np.testing.assert_array_equal(cls, [a, b] * 3)  # shot-major
+        np.testing.assert_array_equal(task.support_labels, [0, 1] * 3)
+        assert np.all(ex < 6) and len(set(zip(cls.tolist(), ex.tolist(), strict=True))) == 6  # no repeats
+        qc, qe = ids(task.query_images)
+        np.testing.assert_array_equal(qc, [a] * 4 + [b] * 4)
+        np.testing.assert_array_equal(qe, [6, 7, 8, 9] * 2)  # the last 4 examples of each class
+        np.testing.assert_array_equal(task.query_labels, [0] * 4 + [1] * 4)
+        assert task.support_labels.dtype == np.int64 and task.query_labels.dtype == np.int64
+        assert task.support_images.shape == (6, 4, 4) and task.query_images.shape == (8, 4, 4)
+        assert not seen & {a, b}
+        seen |= {a, b}
+
+
+def test_pool_split_runs_differ_only_in_demos_and_are_reproducible():
+    pool = make_pool()
+    r0, r0b, r1 = (pool_split_tasks(pool, run=r, **POOL_KW) for r in (0, 0, 1))
+    demos = []
+    for a, b, c in zip(r0, r0b, r1, strict=True):
+        for x in (b, c):
+            assert x.name == a.name
+            np.testing.assert_array_equal(x.query_images, a.query_images)
+            np.testing.assert_array_equal(x.query_labels, a.query_labels)
+            np.testing.assert_array_equal(x.support_labels, a.support_labels)
+        np.testing.assert_array_equal(a.support_images, b.support_images)
+        demos.append(not np.array_equal(a.support_images, c.support_images))
+    assert all(demos)
+    other_seed = pool_split_tasks(pool, run=0, **{**POOL_KW, "seed": 8})
+    assert [t.name for t in other_seed] != [t.name for t in r0]
+    # a longer stream extends a shorter one (same classes and demonstrations for the first tasks)
+    longer = pool_split_tasks(pool, run=1, **{**POOL_KW, "num_tasks": 6})
+    for a, b in zip(r1, longer[:4], strict=True):
+        assert a.name == b.name and np.array_equal(a.support_images, b.support_images)
+
+
+def test_pool_split_class_scenario_shifts_labels():
+    pool = make_pool()
+    dom = pool_split_tasks(pool, run=2, **POOL_KW)
+    cls = pool_split_tasks(pool, run=2, scenario="class", **POOL_KW)
+    for t, (d, c) in enumerate(zip(dom, cls, strict=True)):
+        np.testing.assert_array_equal(c.support_labels, d.support_labels + 2 * t)
+        np.testing.assert_array_equal(c.query_labels, d.query_labels + 2 * t)
+        np.testing.assert_array_equal(c.support_images, d.support_images)
+    three = pool_split_tasks(pool, run=0, n_way=3, scenario="class", **{**POOL_KW, "num_tasks": 3})
+    np.testing.assert_array_equal(three[2].support_labels, [6, 7, 8] * 3)
+
+
+def test_pool_split_rgb():
+    tasks = pool_split_tasks(make_pool(rgb=True), run=0, **POOL_KW)
+    assert tasks[0].support_images.shape == (6, 3, 4, 4) and tasks[0].query_images.shape == (8, 3, 4, 4)
+    cls, _ = ids(tasks[0].query_images)
+    assert np.all(tasks[0].query_images[:, :, 0, 0] == cls[:, None])
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (
+            {"num_tasks": 7},
+            r"num_tasks: expected num_tasks \* n_way <= the 12 classes of pool 'toy', given 7 \* 2",
+        ),
+        ({"n_way": 3, "num_tasks": 5}, r"num_tasks: .*given 5 \* 3 = 15"),
+        (
+            {"k_shot": 7},
+            r"k_shot: expected k_shot \+ n_query_per_class <= the 10 examples .*given 7 \+ 4 = 11",
+        ),
+        ({"k_shot": 0}, "k_shot: expected an int >= 1, given 0"),
+        ({"n_way": 1}, "n_way: expected an int >= 2"),
+        ({"n_query_per_class": 0}, "n_query_per_class: expected an int >= 1"),
+        ({"run": -1}, "run: expected an int >= 0"),
+        ({"seed": -2}, "seed: expected an int >= 0"),
+        ({"num_tasks": 2.0}, "num_tasks: expected an int >= 1, given 2.0"),
+        ({"scenario": "task"}, "scenario: expected one of"),
+    ],
+)
+def test_pool_split_errors(kw, match):
+    with pytest.raises(ValueError, match=match):
+        pool_split_tasks(make_pool(), **{"run": 0, **POOL_KW, **kw})
+    with pytest.raises(ValueError, match="pool: expected a ClassPool, given SplitDataset"):
+        pool_split_tasks(make_ds(), run=0, **POOL_KW)

@@ -21,12 +21,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from fastweights.cl.metrics import mean_ci95, summarize_runs
-from fastweights.cl.objective import sequence_query_logits, to_model_images
+from fastweights.cl.metrics import mean_ci95
+from fastweights.cl.objective import sequence_query_logits
 from fastweights.cl.tasks import sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
-from fastweights.data.sources.base import SplitDataset
-from fastweights.data.streams import split_benchmark
 from fastweights.models.in_context import InContextClassifier
 
 __all__ = [
@@ -203,80 +201,4 @@ def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, flo
     return table
 
 
-@torch.no_grad()
-def _features(
-    model: InContextClassifier, images: np.ndarray, dataset: SplitDataset, device, batch: int = 1000
-):
-    dtype = next(model.parameters()).dtype
-    norm = dict(mean=dataset.mean, std=dataset.std, device=device, dtype=dtype, channels=dataset.channels)
-    chunks = [
-        model.embed(to_model_images(images[i : i + batch], **norm)) for i in range(0, len(images), batch)
-    ]
-    return torch.cat(chunks, dim=0)
-
-
-@torch.no_grad()
-def evaluate_split_benchmark(
-    model: InContextClassifier,
-    dataset: SplitDataset,
-    *,
-    k_shot: int,
-    runs: int,
-    scenario: str = "domain",
-    device: torch.device | str = "cpu",
-    query_batch: int = 2048,
-) -> dict:
-    """Split benchmark (tasks = class pairs (0,1), (2,3), …) learned in context, one task after another.
-
-    For run ``r`` the demonstrations are the ``r``-th block of ``k_shot`` training images per class
-    (shot-major order); queries are all test images of a task. ``R[i, j]`` is measured for every
-    ``i, j`` (including ``j > i``, i.e. tasks not yet seen). Domain-incremental: labels {0, 1} and the
-    first 2 logits; class-incremental: original class labels and the first ``2 * #tasks`` logits, with
-    as many tasks as the model's outputs allow (``num_classes // 2``; the 5-way ACL model gets the
-    2-task class-incremental variant of the ACL paper).
-
-    Returns:
-        :func:`fastweights.cl.metrics.summarize_runs` of the ``runs`` matrices, plus ``task_names``,
-        ``k_shot``, ``scenario`` and ``chance``.
-
-    Raises:
-        ValueError: for an unknown ``scenario`` or a model with too few outputs.
-    """
-    if scenario not in SCENARIOS:
-        raise ValueError(f"scenario: expected 'domain' or 'class', got {scenario!r}")
-    was_training = model.training
-    model.eval()
-    groups = tuple((c, c + 1) for c in range(0, dataset.num_classes - 1, 2))
-    if scenario == "class":
-        groups = groups[: model.num_classes // 2]
-    n_out = 2 if scenario == "domain" else 2 * len(groups)
-    if len(groups) < 2 or n_out > model.num_classes:
-        raise ValueError(
-            f"scenario: {scenario!r} needs >= 2 tasks and {n_out} outputs; the model has {model.num_classes}"
-        )
-    matrices, names = [], []
-    query_feats: list[torch.Tensor] | None = None
-    for r in range(runs):
-        tasks = split_benchmark(dataset, k_shot=k_shot, run=r, scenario=scenario, class_groups=groups)
-        names = [t.name for t in tasks]
-        if query_feats is None:  # the queries are the same test images in every run
-            query_feats = [_features(model, t.query_images, dataset, device) for t in tasks]
-        support = _features(model, np.concatenate([t.support_images for t in tasks]), dataset, device)
-        support = torch.split(support, [len(t.support_images) for t in tasks])
-        R = np.zeros((len(tasks), len(tasks)))
-        state = None
-        for i, task in enumerate(tasks):
-            labels = torch.from_numpy(task.support_labels).to(device=device, dtype=torch.long)
-            _, state = model.forward_features(support[i].unsqueeze(0), labels.unsqueeze(0), state)
-            for j, t in enumerate(tasks):
-                target = torch.from_numpy(t.query_labels).to(device)
-                correct = 0
-                for s in range(0, len(target), query_batch):
-                    logits = model.query_features(query_feats[j][s : s + query_batch].unsqueeze(0), state)[0]
-                    correct += (logits[:, :n_out].argmax(-1) == target[s : s + query_batch]).sum().item()
-                R[i, j] = correct / len(target)
-        matrices.append(R)
-    model.train(was_training)
-    summary = summarize_runs(matrices)
-    summary.update(task_names=names, k_shot=k_shot, scenario=scenario, chance=1.0 / n_out)
-    return summary
+from fastweights.cl.split_protocol import evaluate_split_benchmark  # noqa: E402  (moved; re-exported)

@@ -1,4 +1,5 @@
-"""Task streams for continual learning: split benchmarks (Split-MNIST style) built from a dataset."""
+"""Task streams for continual learning: split benchmarks (Split-MNIST style) built from a dataset
+(:func:`split_benchmark`) or from a few-shot class pool (:func:`pool_split_tasks`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sources.base import SplitDataset
+from .sources.base import ClassPool, SplitDataset
 
-__all__ = ["Task", "split_benchmark", "SCENARIOS", "SPLIT_PAIRS"]
+__all__ = ["Task", "split_benchmark", "pool_split_tasks", "SCENARIOS", "SPLIT_PAIRS"]
 
 SCENARIOS = ("domain", "class")
 SPLIT_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))
@@ -29,6 +30,33 @@ class Task:
     support_labels: np.ndarray
     query_images: np.ndarray
     query_labels: np.ndarray
+
+
+def _check_count(name: str, value: object, lo: int) -> int:
+    """``value`` as an int ``>= lo`` (Python or numpy integer), else a one-line ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ValueError(f"{name}: expected an int >= {lo}, given {value!r}")
+    return int(value)
+
+
+def _check_scenario(scenario: object) -> None:
+    if scenario not in SCENARIOS:
+        raise ValueError(f"scenario: expected one of {SCENARIOS}, given {scenario!r}")
+
+
+def _shot_major(demos: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``K`` demonstration indices per class of a task → ``(indices [N*K], position [N*K])`` in
+    shot-major order ``c0, c1, ..., c0, c1, ...``; ``position`` is the class's index in the task."""
+    stacked = np.stack(demos, axis=1)  # [K, N]
+    return stacked.reshape(-1), np.tile(np.arange(len(demos)), stacked.shape[0])
+
+
+def _task_labels(scenario: str, class_labels: Sequence[int]) -> np.ndarray:
+    """int64 label of each position of a task: ``0..N-1`` (domain-incremental, shared outputs) or
+    ``class_labels`` (class-incremental)."""
+    if scenario == "domain":
+        return np.arange(len(class_labels), dtype=np.int64)
+    return np.asarray(class_labels, dtype=np.int64)
 
 
 def _check_groups(groups: object, num_classes: int) -> list[tuple[int, ...]]:
@@ -72,13 +100,10 @@ def split_benchmark(
     """
     if not isinstance(ds, SplitDataset):
         raise ValueError(f"ds: expected a SplitDataset, given {type(ds).__name__}")
-    for name, value, lo in (("k_shot", k_shot, 1), ("run", run, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ValueError(f"{name}: expected an int >= {lo}, given {value!r}")
-    if scenario not in SCENARIOS:
-        raise ValueError(f"scenario: expected one of {SCENARIOS}, given {scenario!r}")
+    k, run = _check_count("k_shot", k_shot, 1), _check_count("run", run, 0)
+    _check_scenario(scenario)
     groups = _check_groups(class_groups, ds.num_classes)
-    k, lo, hi = int(k_shot), int(k_shot) * int(run), int(k_shot) * (int(run) + 1)
+    lo, hi = k * run, k * (run + 1)
     tasks = []
     for group in groups:
         demos = []
@@ -90,17 +115,90 @@ def split_benchmark(
                     f"images, given {len(idx)} (k_shot={k}, run={run})"
                 )
             demos.append(idx[lo:hi])
-        support = np.stack(demos, axis=1).reshape(-1)  # [K, N] -> shot-major
+        support, position = _shot_major(demos)
         query = np.flatnonzero(np.isin(ds.test.labels, group))
+        labels = _task_labels(scenario, group)
         lut = np.full(ds.num_classes, -1, dtype=np.int64)
-        lut[list(group)] = np.arange(len(group)) if scenario == "domain" else group
+        lut[list(group)] = labels
         tasks.append(
             Task(
                 name="/".join(str(c) for c in group),
                 support_images=ds.train.images[support],
-                support_labels=lut[ds.train.labels[support]],
+                support_labels=labels[position],
                 query_images=ds.test.images[query],
                 query_labels=lut[ds.test.labels[query]],
+            )
+        )
+    return tasks
+
+
+def pool_split_tasks(
+    pool: ClassPool,
+    *,
+    num_tasks: int,
+    n_way: int = 2,
+    k_shot: int,
+    run: int,
+    n_query_per_class: int,
+    scenario: str = "domain",
+    seed: int = 0,
+) -> list[Task]:
+    """A split-benchmark task sequence drawn from a few-shot class pool: ``num_tasks`` ``n_way``-way tasks
+    with disjoint classes (the ACL paper's long-span Split-Omniglot, 5, 10 and 20 two-way tasks, spec
+    ``srwm_acl.md`` §5.7; here Split-FontGlyphs and Split-Emoji).
+
+    - Classes: the first ``num_tasks * n_way`` classes of ``np.random.default_rng(seed).permutation``
+      of the pool's classes, task ``t`` taking ``n_way`` consecutive ones; the same for every ``run``
+      (runs differ only in their demonstrations), and a longer stream extends a shorter one.
+    - Queries: the last ``n_query_per_class`` examples of each class (fixed), class after class.
+    - Demonstrations: ``k_shot`` examples per class drawn without replacement from the other
+      ``examples_per_class - n_query_per_class`` ones with ``np.random.default_rng([seed, run])``,
+      class after class in stream order, arranged shot-major (``c0, c1, c0, c1, ...``) like
+      :func:`split_benchmark`; demonstrations and queries never share an example.
+    - Labels: ``scenario="domain"`` → the class's position in its task (``0..n_way-1``); ``"class"`` →
+      ``n_way * t + position``.
+
+    Tasks are named by their classes' ``pool.class_names`` joined with ``/``. Support uint8
+    ``[n_way*k_shot, S, S]`` (``[.., 3, S, S]`` for RGB pools) / int64 ``[n_way*k_shot]``; queries
+    uint8 ``[n_way*n_query_per_class, S, S]`` / int64.
+
+    Raises:
+        ValueError: for a bad argument (naming it), a pool with fewer than ``num_tasks * n_way`` classes
+            or fewer than ``k_shot + n_query_per_class`` examples per class.
+    """
+    if not isinstance(pool, ClassPool):
+        raise ValueError(f"pool: expected a ClassPool, given {type(pool).__name__}")
+    num_tasks, n_way = _check_count("num_tasks", num_tasks, 1), _check_count("n_way", n_way, 2)
+    k, run = _check_count("k_shot", k_shot, 1), _check_count("run", run, 0)
+    n_query = _check_count("n_query_per_class", n_query_per_class, 1)
+    seed = _check_count("seed", seed, 0)
+    _check_scenario(scenario)
+    if num_tasks * n_way > pool.num_classes:
+        raise ValueError(
+            f"num_tasks: expected num_tasks * n_way <= the {pool.num_classes} classes of pool {pool.name!r}, "
+            f"given {num_tasks} * {n_way} = {num_tasks * n_way}"
+        )
+    m = pool.examples_per_class
+    if k + n_query > m:
+        raise ValueError(
+            f"k_shot: expected k_shot + n_query_per_class <= the {m} examples per class of pool "
+            f"{pool.name!r}, given {k} + {n_query} = {k + n_query}"
+        )
+    order = np.random.default_rng(seed).permutation(pool.num_classes)[: num_tasks * n_way]
+    rng = np.random.default_rng([seed, run])
+    tasks = []
+    for t in range(num_tasks):
+        classes = order[t * n_way : (t + 1) * n_way]
+        images = pool.images[classes]  # [n_way, M, ...]
+        support, position = _shot_major([rng.choice(m - n_query, size=k, replace=False) for _ in classes])
+        labels = _task_labels(scenario, range(n_way * t, n_way * (t + 1)))
+        tasks.append(
+            Task(
+                name="/".join(pool.class_names[c] for c in classes),
+                support_images=images[position, support],
+                support_labels=labels[position],
+                query_images=images[:, m - n_query :].reshape(-1, *images.shape[2:]),
+                query_labels=np.repeat(labels, n_query),
             )
         )
     return tasks

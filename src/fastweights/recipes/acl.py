@@ -1,11 +1,15 @@
 """ACL recipe: metalearn an in-context continual learner, then evaluate it.
 
-``train``: sequences of ``num_tasks`` few-shot tasks from the meta-training pools of ``data`` (FontGlyphs
-by default), ACL loss (ACL paper §3, Eq. 6 generalised to T tasks), Adam with
-warm-up, periodic validation on the meta-validation classes, atomic best/latest checkpoints, resumable.
-``evaluate``: few-shot accuracy and the in-context forgetting table on the held-out classes, and the
-5-task split benchmarks (Split-Digits, Split-FashionMNIST), written to ``results.json``,
-``report.md`` and ``plots/``.
+``train``: sequences of ``train.num_tasks`` few-shot tasks from the meta-training pools of the domains
+``data.sources`` (FontGlyphs by default; with several domains each task comes from one, the order
+alternating from batch to batch, ACL paper §4.1), ACL loss (ACL paper §3, Eq. 6 generalised to T tasks),
+Adam with warm-up, periodic validation on the meta-validation classes of every domain, atomic best/latest
+checkpoints, resumable. ``train.init_from`` + ``train.num_tasks: 5`` + ``train.scenario`` is the 5-task
+meta-finetuning stage (domain- or class-incremental, ACL spec §4.4).
+``evaluate``: few-shot accuracy and the in-context forgetting table for every pair of meta-test domains,
+the split benchmarks (5-task domain-incremental, 2-/5-task class-incremental: Split-Digits,
+Split-FashionMNIST, Split-Emoji, Split-MNIST) and the long-span Split-FontGlyphs tasks (see
+:mod:`fastweights.recipes.acl_eval`), written to ``results.json``, ``report.md`` and ``plots/``.
 """
 
 from __future__ import annotations
@@ -16,20 +20,24 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from fastweights.cl.objective import acl_loss
-from fastweights.cl.protocols import evaluate_split_benchmark, evaluate_task_pairs, summarize_task_pairs
+from fastweights.cl.protocols import evaluate_task_pairs, evaluate_task_sequence
 from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
-from fastweights.data.registry import load_pools_for
-from fastweights.data.sources.base import ClassPool, SplitDataset
-from fastweights.data.sources.digits import load_digits_split
-from fastweights.data.sources.idx import load_idx_dataset
+from fastweights.data.sources.base import ClassPool
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
+from fastweights.models.transfer import load_classifier_weights
 from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
+from fastweights.recipes.acl_eval import (
+    domain_name,
+    domain_pools,
+    forgetting_pairs,
+    long_span_results,
+    split_results,
+)
 from fastweights.recipes.common import (
     RecipeRun,
     evaluate_verb,
@@ -56,33 +64,65 @@ def build_model(cfg: ACLConfig) -> InContextClassifier:
 
 
 def load_glyph_pools(d: DataConfig) -> dict[str, ClassPool]:
-    """Meta-train / meta-val / meta-test pools of ``data`` (FontGlyphs: rendered once, then cached)."""
-    return load_pools_for(d, "data")
+    """Meta-train / meta-val / meta-test pools of the first domain of ``data`` (FontGlyphs by default:
+    rendered once, then cached)."""
+    return domain_pools(d)[0]
 
 
-def _validate(model, sampler: EpisodeSampler, t: TrainConfig, episodes: int, device) -> dict[str, float]:
-    accs = evaluate_task_pairs(
-        model,
-        sampler,
-        episodes=episodes,
-        n_way=t.n_way,
-        k_shot=t.k_shot,
-        n_query=t.n_query,
-        batch_size=min(50, episodes),
-        seed=12345,
-        reverse=False,
-        device=device,
+def _validate(
+    model: InContextClassifier, samplers: list[EpisodeSampler], t: TrainConfig, episodes: int, device: Any
+) -> dict[str, float]:
+    """Meta-validation on the meta-val classes of every domain (``val_objective`` selects the best
+    checkpoint). Two domain-incremental tasks: the forgetting table of the two domains in both orders
+    (one domain: A then B from it); otherwise ``train.num_tasks``-task sequences in both domain orders
+    scored by the mean accuracy over all tasks after the last one (the reference's Split-MNIST
+    selection criterion, ACL spec §4.4)."""
+    common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device)
+    if t.num_tasks == 2 and t.scenario == "domain":
+        two = len(samplers) > 1
+        accs = evaluate_task_pairs(
+            model,
+            samplers[0],
+            sampler_b=samplers[1] if two else None,
+            episodes=episodes,
+            batch_size=min(50, episodes),
+            seed=12345,
+            reverse=two,
+            **common,
+        )
+        out = {f"val_{k}": float(v.mean()) for k, v in accs.items()}
+        terms = [k for k in accs if t.acl_loss or k not in ("A|A->B", "B|B->A")]
+        out["val_objective"] = float(np.mean([accs[k].mean() for k in terms]))
+        out["val_acc"] = out["val_A|A"]
+        return out
+    n = len(samplers)  # both domain orders of training's alternation (one order for one domain)
+    orders = sorted({tuple((s + i) % n for i in range(t.num_tasks)) for s in range(min(n, 2))})
+    R = np.concatenate(
+        [
+            evaluate_task_sequence(
+                model,
+                samplers,
+                order=order,
+                episodes=max(1, episodes // len(orders)),
+                scenario=t.scenario,
+                batch_size=min(50, episodes),
+                seed=12345 + k,
+                **common,
+            )
+            for k, order in enumerate(orders)
+        ]
     )
-    out = {f"val_{k}": float(v.mean()) for k, v in accs.items()}
-    terms = ["A|A", "B|A->B", "A|A->B"] if t.acl_loss else ["A|A", "B|A->B"]
-    out["val_objective"] = float(np.mean([accs[k].mean() for k in terms]))
-    out["val_acc"] = out["val_A|A"]
+    last = R[:, -1, :].mean(axis=0)  # accuracy of every task after learning all of them
+    out = {f"val_task{j + 1}|all": float(a) for j, a in enumerate(last)}
+    out["val_objective"] = float(last.mean())
+    out["val_acc"] = float(R[:, 0, 0].mean())
     return out
 
 
-def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[dict[str, ClassPool], dict[str, Any] | None]:
-    """The meta-training pools and, for a new run with ``train.init_from``, the checkpoint whose model
-    weights start it (read before the run folder is written, so a bad file leaves nothing behind)."""
+def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[list[dict[str, ClassPool]], dict[str, Any] | None]:
+    """The pools of every domain and, for a new run with ``train.init_from``, the checkpoint whose model
+    weights start it, checked against this run's model (read before the run folder is written, so a bad
+    file leaves nothing behind)."""
     init = None
     if cfg.train.init_from and not continuing:
         init = read_checkpoint(cfg.train.init_from, key="train.init_from")
@@ -90,32 +130,43 @@ def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[dict[str, ClassPool],
             raise ValueError(
                 f"train.init_from: expected a checkpoint with model weights, got {cfg.train.init_from}"
             )
-    return load_glyph_pools(cfg.data), init
+        try:
+            load_classifier_weights(build_model(cfg), init["model"])
+        except ValueError as err:
+            raise ValueError(f"train.init_from: {cfg.train.init_from}: {err}") from None
+    return domain_pools(cfg.data), init
 
 
 def _fit(run: RecipeRun) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
+    Each training sequence holds ``train.num_tasks`` tasks; with several domains (``data.sources``)
+    task ``t`` of step ``s`` comes from domain ``(s + t) mod #domains`` (the order alternates from
+    batch to batch, ACL spec §4.2). ``train.init_from`` starts from another run's weights (5-task
+    meta-finetuning, spec §4.4; label columns and output rows mapped by class index).
     Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
     included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
     (model, optimiser, schedule, step, elapsed time and every random state); Ctrl-C saves it first.
     """
     cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
-    pools, init = run.data
+    domains, init = run.data
     t = cfg.train
-    train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
-    val_sampler = EpisodeSampler(pools["val"])
+    train_samplers = [EpisodeSampler(p["train"], rotations=cfg.data.rotations) for p in domains]
+    val_samplers = [EpisodeSampler(p["val"]) for p in domains]
     model = build_model(cfg).to(device)
     if init is not None:  # meta-finetuning from another run's weights (not on resume)
-        model.load_state_dict(init["model"])
+        for note in load_classifier_weights(model, init["model"]):
+            log.info("train.init_from: %s", note)
         log.info("initialised the model from %s (step %s)", t.init_from, init.get("step"))
     source = TaskSource(
-        [train_sampler],
+        train_samplers,
         t,
         rng,
         synth_gen,
         label_space=t.label_space or cfg.model.num_classes,
-        tasks_per_sampler=t.num_tasks,
+        num_tasks=t.num_tasks,
+        alternate=True,
+        scenario=t.scenario,
         n_query=t.n_query,
         first_shot=t.first_shot_loss,
     )
@@ -132,67 +183,54 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         run,
         model,
         step_fn,
-        lambda: _validate(model, val_sampler, t, t.val_episodes, device),
-        description="ACL meta-training",
+        lambda: _validate(model, val_samplers, t, t.val_episodes, device),
+        description="ACL meta-training" if init is None and not t.init_from else "ACL meta-finetuning",
         postfix=("n_way", "k_shot"),
         objective="val_objective",
     )
 
 
-def _split_datasets(cfg: ACLConfig) -> dict[str, SplitDataset]:
-    out = {}
-    for name in cfg.eval.split_benchmarks:
-        if name == "digits":
-            out["Split-Digits"] = load_digits_split(image_size=cfg.data.image_size)
-        elif name == "fashion_mnist":
-            out["Split-FashionMNIST"] = load_idx_dataset(
-                cfg.data.fashion_mnist_dir, name="Fashion-MNIST", image_size=cfg.data.image_size
-            )
-        else:
-            raise ValueError(f"eval.split_benchmarks: expected 'digits' or 'fashion_mnist', got {name!r}")
-    return out
+def _stage(cfg: ACLConfig) -> str:
+    t = cfg.train
+    what = "meta-finetuning" if t.init_from else "meta-training"
+    return f"{t.num_tasks}-task {what} ({t.scenario}-incremental)"
 
 
 def _measure(
     cfg: ACLConfig, state: dict[str, Any], model: InContextClassifier, device: Any
 ) -> dict[str, Any]:
-    """Few-shot accuracy and the in-context forgetting table on the held-out classes, then the split
-    benchmarks of ``eval.split_benchmarks`` × ``eval.scenarios`` (ACL paper §4)."""
+    """Few-shot accuracy and the in-context forgetting table for every pair of meta-test domains,
+    the split benchmarks of ``eval.split_benchmarks`` × ``eval.scenarios`` and the long-span
+    Split-FontGlyphs tasks (ACL paper §4)."""
     e = cfg.eval
-    test_pool = load_glyph_pools(cfg.data)["test"]
-    with tqdm(total=e.episodes, desc="held-out task pairs", unit="ep", dynamic_ncols=True) as bar:
-        accs = evaluate_task_pairs(
-            model,
-            EpisodeSampler(test_pool),
-            episodes=e.episodes,
-            n_way=e.n_way,
-            k_shot=e.k_shot,
-            n_query=e.n_query,
-            batch_size=e.batch_size,
-            seed=e.seed,
-            device=device,
-            progress=bar.update,
-        )
-    table = summarize_task_pairs(accs)
-    task = {"n_way": e.n_way, "k_shot": e.k_shot, "episodes": e.episodes}
-    results: dict[str, Any] = {
-        "run": {"acl_loss": cfg.train.acl_loss},
-        "fewshot": {
-            "dataset": test_pool.name,
-            **task,
-            "accuracy": table["A|A"]["mean"],
-            "ci95": table["A|A"]["ci95"],
-        },
-        "forgetting": {**task, "table": table, "task_a": test_pool.name, "task_b": test_pool.name},
-        "split": {},
+    test_pools = [p["test"] for p in domain_pools(cfg.data)]
+    forgetting = forgetting_pairs(cfg, test_pools, model, device)
+    fewshot = {
+        name: {"accuracy": pair["table"]["A|A"]["mean"], "ci95": pair["table"]["A|A"]["ci95"]}
+        for pair in forgetting["pairs"]
+        if (name := pair["task_a"]) == pair["task_b"]
     }
-    for name, ds in _split_datasets(cfg).items():
-        for scenario in e.scenarios:
-            key = f"{name}/{scenario}"
-            log.info("evaluating %s", key)
-            results["split"][key] = evaluate_split_benchmark(
-                model, ds, k_shot=e.split_k_shot, runs=e.split_runs, scenario=scenario, device=device
-            )
+    first = fewshot[domain_name(test_pools[0])]
+    results: dict[str, Any] = {
+        "run": {
+            "acl_loss": cfg.train.acl_loss,
+            "stage": _stage(cfg),
+            "sources": [domain_name(p) for p in test_pools],
+        },
+        "fewshot": {
+            "dataset": test_pools[0].name,
+            "n_way": e.n_way,
+            "k_shot": e.k_shot,
+            "episodes": e.episodes,
+            **first,
+            "domains": fewshot,
+        },
+        "forgetting": forgetting,
+        "split": split_results(cfg, model, device),
+    }
+    long_span = long_span_results(cfg, test_pools, model, device)
+    if long_span is not None:
+        results["long_span"] = long_span
     return results
 
 

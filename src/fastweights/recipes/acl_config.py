@@ -11,25 +11,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fastweights.checks import check_choices, check_device, check_int, check_ints, check_real
+from fastweights.checks import check_choice, check_choices, check_device, check_int, check_ints, check_real
 from fastweights.cl.protocols import SCENARIOS
 from fastweights.cl.tasks import CurriculumStage
-from fastweights.data.registry import FASHION_MNIST_DEBIAN, PoolConfig
+from fastweights.data.registry import CLASS_POOLS, FASHION_MNIST_DEBIAN, SPLIT_DATASETS, PoolConfig
 from fastweights.models.classifier_config import ClassifierConfig, check_label_space
 from fastweights.recipes.common import OptimConfig
 
 __all__ = ["ACLConfig", "DataConfig", "ModelConfig", "TrainConfig", "EvalConfig", "CurriculumStage"]
 
 ModelConfig = ClassifierConfig  # the classifier's config (kept under its old name)
-SPLIT_BENCHMARKS = ("digits", "fashion_mnist")  # eval.split_benchmarks: Split-Digits, Split-FashionMNIST
+#: eval.split_benchmarks: Split-Digits, Split-FashionMNIST, Split-Emoji (held-out subgroups), Split-MNIST
+#: (needs ``data.mnist_dir``)
+SPLIT_BENCHMARKS = ("digits", "fashion_mnist", "emoji", "mnist")
 
 
 @dataclass
 class DataConfig(PoolConfig):
-    """Meta-training pools (FontGlyphs by default, any ``data.registry`` source) and the Fashion-MNIST
-    folder of the Split-FashionMNIST benchmark."""
+    """Meta-training domains and the folders of the split benchmarks.
 
+    ``sources`` lists the meta-training domains by registry name (ACL paper §4.1: e.g.
+    ``[fontglyphs, emoji]`` offline, ``[omniglot, mini_imagenet]`` from ``root``); each task of a
+    training sequence comes from one domain, the order alternating from batch to batch. Empty: the
+    single domain ``source``. The other fields (``root``, ``image_size``, ``channels``, rendering
+    options) apply to every domain; with an RGB domain ``channels`` must be 3 (grayscale domains are
+    repeated to 3 channels).
+    """
+
+    sources: list[str] = field(default_factory=list)
     fashion_mnist_dir: str = FASHION_MNIST_DEBIAN
+    mnist_dir: str | None = None  # MNIST IDX files for Split-MNIST (eval.split_benchmarks: mnist)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choices("sources", self.sources, CLASS_POOLS + SPLIT_DATASETS, nonempty=False)
+        if len(set(self.sources)) != len(self.sources):
+            raise ValueError(f"sources: expected distinct domain names, got {list(self.sources)!r}")
+
+    @property
+    def domains(self) -> list[str]:
+        """The meta-training domains: ``sources``, or ``[source]`` when it is empty."""
+        return list(self.sources) or [self.source]
 
 
 @dataclass
@@ -43,6 +65,9 @@ class TrainConfig(OptimConfig):
     label_space: int = 0  # labels of a task are drawn from 0..label_space-1; 0 = model.num_classes
     init_from: str = ""  # checkpoint whose model weights initialise this run (ACL paper's meta-finetuning)
     num_tasks: int = 2
+    #: "domain": every task uses labels from ``label_space`` (domain-incremental); "class": the labels of
+    #: task t (0-based) are shifted by ``n_way * t`` (class-incremental, ACL spec §4.4)
+    scenario: str = "domain"
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
     first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default
     online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
@@ -53,6 +78,7 @@ class TrainConfig(OptimConfig):
         super().__post_init__()
         check_ints(self, ("n_way", "k_shot", "n_query", "num_tasks"))
         check_int("label_space", self.label_space, low=0)
+        check_choice("scenario", self.scenario, SCENARIOS)
         check_real("online_weight", self.online_weight, 0)
 
 
@@ -65,12 +91,22 @@ class EvalConfig:
     split_runs: int = 5
     split_k_shot: int = 5
     split_benchmarks: list[str] = field(default_factory=lambda: ["digits", "fashion_mnist"])
+    #: "domain": 5-task domain-incremental; "class": 2-task class-incremental and, with >= 10 outputs,
+    #: 5-task class-incremental (ACL paper Table 3 columns)
     scenarios: list[str] = field(default_factory=lambda: ["domain"])
+    split_query_per_class: int = 10  # Split-Emoji / long-span: held-out examples per class used as queries
+    #: long-span domain-incremental Split-FontGlyphs (2-way held-out classes): numbers of tasks; [] = off
+    long_span_tasks: list[int] = field(default_factory=list)
     batch_size: int = 50
     seed: int = 1234
 
     def __post_init__(self) -> None:
-        check_ints(self, ("episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot"))
+        check_ints(
+            self,
+            ("episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot", "split_query_per_class"),
+        )
+        for n in self.long_span_tasks:
+            check_int("long_span_tasks", n, low=2)
         check_int("batch_size", self.batch_size)
         check_int("seed", self.seed, low=0)
         check_choices("split_benchmarks", self.split_benchmarks, SPLIT_BENCHMARKS, nonempty=False)
@@ -93,12 +129,24 @@ class ACLConfig:
         """Checks across sections (each section checks its own fields)."""
         check_device("device", self.device)
         t = self.train
+        shift = t.num_tasks if t.scenario == "class" else 1  # class-incremental: n_way new labels per task
         check_label_space(
             self.model.num_classes,
             {
                 "train.n_way": [t.n_way],
                 "train.label_space": [t.label_space],
-                "train.curriculum n_way": [s.n_way for s in t.curriculum],
+                "train.n_way * train.num_tasks (scenario class)": [t.n_way * shift],
+                "train.curriculum n_way": [s.n_way * shift for s in t.curriculum],
                 "eval.n_way": [self.eval.n_way],
             },
         )
+        if "emoji" in self.eval.split_benchmarks and self.data.channels != 3:
+            raise ValueError(
+                "eval.split_benchmarks: 'emoji' (Split-Emoji, RGB) needs an RGB model (data.channels: 3), "
+                f"got data.channels={self.data.channels}"
+            )
+        if "mnist" in self.eval.split_benchmarks and not self.data.mnist_dir:
+            raise ValueError(
+                "data.mnist_dir: expected the folder holding the MNIST IDX files for eval.split_benchmarks "
+                "'mnist' (Split-MNIST), got null"
+            )
