@@ -21,7 +21,7 @@ task A after learning A then B (the in-context forgetting measure, Irie et al. 2
 shows the paper's table, one row per ordered domain pair (:func:`forgetting_rows`); without it, the
 single-pair layout of ``table``. Split scenarios are ``domain``, ``class`` and ``class-2task``; their
 paper-layout table (ACL paper Table 3) is :func:`split_table`. ``long_span`` is the domain-incremental
-protocol with 5/10/20 tasks (:func:`long_span_table`, next to the paper's Split-Omniglot numbers, §4.2).
+protocol with 5/10/20 tasks (:func:`long_span_table`, next to the ACL paper's Split-Omniglot numbers).
 Every top-level section is optional. Plots use matplotlib's object API with the Agg canvas (no
 pyplot, no global backend switch), so this module is safe to import anywhere.
 """
@@ -263,7 +263,7 @@ def split_table(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     benchmarks = [b for b in SPLIT_BENCHMARKS if b in present] + [
         b for b in present if b not in SPLIT_BENCHMARKS
     ]
-    columns = [(kind, T, label) for kind, T, label in SPLIT_COLUMNS]
+    columns = list(SPLIT_COLUMNS)
     extra = sorted({(k, T) for _, k, T in cells} - {(k, T) for k, T, _ in SPLIT_COLUMNS})
     columns += [(k, T, f"{T}-task {k}-incremental") for k, T in extra]
     header = ["benchmark", *(label for _, _, label in columns)]
@@ -271,7 +271,8 @@ def split_table(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     return header, rows
 
 
-# ACL paper §4.2 (spec §5.7): Split-Omniglot domain-incremental, the Split-MNIST ACL model, ACC mean ± std.
+# The ACL paper's text (shared/spec/srwm_acl.md §5.7): Split-Omniglot domain-incremental with the Split-MNIST
+# ACL model, ACC mean ± std (%/100) by number of tasks.
 OMNIGLOT_REFERENCE: dict[int, tuple[float, float]] = {
     5: (0.923, 0.004),
     10: (0.820, 0.004),
@@ -308,7 +309,7 @@ def _long_span_tasks(results: Mapping[str, Any]) -> list[tuple[int, Mapping[str,
 def long_span_table(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The long-span domain-incremental table: one row per number of tasks with ACC and BWT ± std over
     runs (%) and the ACL paper's Split-Omniglot ACC (92.3 ± 0.4 / 82.0 ± 0.4 / 67.6 ± 1.1 at 5 / 10 /
-    20 tasks, §4.2; another data set, "—" for other task counts).
+    20 tasks, from the paper's text; another data set, "—" for other task counts).
 
     Raises:
         ValueError: naming the key, if ``long_span`` or ``tasks`` is missing, a key is not a task
@@ -864,8 +865,8 @@ def _section_long_span(results: Mapping[str, Any], plots: Path) -> tuple[list[st
         f"{ls.get('dataset', '?')}, {ls.get('scenario', 'domain')}-incremental, {ls.get('n_way', '?')}-way "
         f"tasks with {ls.get('k_shot', '?')} demonstrations per class, {ls.get('runs', '?')} runs: ACC (%) "
         "after the last task, mean ± population std over runs. The paper's column is Split-Omniglot "
-        "(ACL paper §4.2, the Split-MNIST ACL model), **a different data set**: a reference for the trend "
-        "with the number of tasks, not the same measurement."
+        "(numbers from the ACL paper's text, its Split-MNIST ACL model), **a different data set**: a "
+        "reference for the trend with the number of tasks, not the same measurement."
     )
     lines = ["## Long task sequences", "", desc, ""] + md_table(header, rows) + [""]
     png = plot_long_span(ls, plots / "long_span.png")
