@@ -88,6 +88,9 @@ def test_full_report(tmp_path):
     assert "| A→B | A | A→B | 40.00 ± 1.50 |" in md
     assert "| B→A | B | B | 58.00 ± 1.00 |" in md
     assert "A: 20.00 points" in md and "B: 8.00 points" in md
+    assert "| tasks A → B |" not in md  # results without 'pairs' keep the single-pair layout
+    # the paper-layout table: this 3-task entry gets its own column, the paper's columns show —
+    assert "| Split-Digits | — | — | — | 87.33 ± 2.10 |" in md
     assert "| ACC (average accuracy after the last task) | 87.33 ± 2.10 |" in md
     assert "| BWT (backward transfer) | -14.50 ± 3.00 |" in md
     assert "| after \\ task | 0/1 | 2/3 | 4/5 |" in md

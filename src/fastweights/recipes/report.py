@@ -4,15 +4,24 @@ plots, Markdown tables) and the ACL run's report (``runs/<name>/plots/*.png`` an
 Input of :func:`write_report` is the ``results.json`` dict written by the ACL evaluation (all
 accuracies are fractions in [0, 1]; the report shows percentages)::
 
-    {"run":        {"preset", "run_dir", "steps", "train_minutes", "command"},
+    {"run":        {"preset", "run_dir", "steps", "train_minutes", "command", "stage"?, "sources"?},
      "fewshot":    {"dataset", "n_way", "k_shot", "episodes", "accuracy", "ci95"},
-     "forgetting": {"n_way", "k_shot", "episodes", "task_a", "task_b",
-                    "table": {"A|A" | "B|A->B" | "A|A->B" | "B|B" | "A|B->A" | "B|B->A": {"mean", "ci95"}}},
-     "split":      {<benchmark>: {"R", "R_std", "ACC", "BWT", "forgetting", "learning_accuracy",
-                                  "runs", "k_shot", "task_names", "chance"}}}
+     "forgetting": {"n_way", "k_shot", "episodes", "task_a", "task_b", "table": TABLE,
+                    "pairs"?: [{"task_a", "task_b", "table": TABLE}, ...]},
+     "split":      {"<benchmark>/<scenario>": SUMMARY},
+     "long_span":  {"dataset", "n_way", "k_shot", "runs", "scenario", "tasks": {"<T>": SUMMARY}}}
+
+    TABLE   = {"A|A" | "B|A->B" | "A|A->B" | "B|B" | "A|B->A" | "B|B->A": {"mean", "ci95"}}
+    SUMMARY = {"R", "R_std", "ACC", "BWT", "forgetting", "learning_accuracy" ({"mean", "std"}),
+               "runs", "k_shot", "task_names", "chance", "scenario", "num_tasks"?}
 
 Forgetting-table keys read "evaluated task | tasks learned, in order": ``"A|A->B"`` is the accuracy on
-task A after learning A then B (the in-context forgetting measure, Irie et al. 2025, §4.1).
+task A after learning A then B (the in-context forgetting measure, Irie et al. 2025, §4.1). With
+``pairs`` (one entry per unordered pair of meta-test domains, same-domain pairs included) the report
+shows the paper's table, one row per ordered domain pair (:func:`forgetting_rows`); without it, the
+single-pair layout of ``table``. Split scenarios are ``domain``, ``class`` and ``class-2task``; their
+paper-layout table (ACL paper Table 3) is :func:`split_table`. ``long_span`` is the domain-incremental
+protocol with 5/10/20 tasks (:func:`long_span_table`, next to the ACL paper's Split-Omniglot numbers).
 Every top-level section is optional. Plots use matplotlib's object API with the Agg canvas (no
 pyplot, no global backend switch), so this module is safe to import anywhere.
 """
@@ -24,21 +33,32 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from fastweights.io import atomic_save_figure, atomic_write_json, atomic_write_text, read_jsonl
 
 __all__ = [
+    "OMNIGLOT_REFERENCE",
+    "SPLIT_BENCHMARKS",
+    "SPLIT_COLUMNS",
+    "ForgettingRow",
+    "forgetting_rows",
+    "forgetting_table",
+    "long_span_table",
     "md_table",
     "plot_accuracy_matrix",
     "plot_bars",
     "plot_forgetting",
+    "plot_forgetting_rows",
     "plot_learning_curves",
+    "plot_long_span",
     "run_header",
     "save_evaluation",
+    "split_table",
     "write_report",
 ]
 
@@ -108,6 +128,215 @@ def _task_names(task_names: Sequence[str] | None, T: int) -> list[str]:
     return names
 
 
+# ------------------------------------------------------------------------------------------ paper tables
+class ForgettingRow(NamedTuple):
+    """One row of the in-context forgetting table: tasks A then B from the domains of ``order``.
+
+    ``first`` = acc(A|A), ``second`` = acc(B|A→B), ``first_after`` = acc(A|A→B), each a
+    ``{"mean", "ci95"}`` dict of fractions (ACL paper §4.1, Tables 1/2)."""
+
+    order: str
+    first: Mapping[str, Any]
+    second: Mapping[str, Any]
+    first_after: Mapping[str, Any]
+
+    @property
+    def drop(self) -> float:
+        """acc(A|A) − acc(A|A→B) as a fraction (positive = forgetting)."""
+        return _as_float(self.first["mean"]) - _as_float(self.first_after["mean"])
+
+
+def _pair_rows(task_a: str, task_b: str, table: Any, where: str) -> list[ForgettingRow]:
+    """The rows of one unordered domain pair: A→B, and B→A unless both domains are the same."""
+    if not isinstance(table, Mapping):
+        raise ValueError(f"{where}['table']: expected a dict, given {type(table).__name__}")
+    orders = FORGETTING_ORDERS if task_a != task_b else FORGETTING_ORDERS[:1]
+    rows = []
+    for (_, bars), (first, second) in zip(orders, ((task_a, task_b), (task_b, task_a)), strict=False):
+        if any(k not in table for k, _, _ in bars):
+            raise ValueError(
+                f"{where}['table']: expected keys {[k for k, _, _ in bars]}, given {sorted(table)}"
+            )
+        stats = [_entry(table[k], f"{where}['table'][{k!r}]") for k, _, _ in bars]
+        rows.append(ForgettingRow(f"{first} → {second}", *stats))
+    return rows
+
+
+def forgetting_rows(results: Mapping[str, Any]) -> list[ForgettingRow]:
+    """The paper's in-context forgetting table of an ACL ``results`` dict, one row per ordered pair of
+    meta-test domains ("A-domain → B-domain"; a same-domain pair gives only its A→B row), in the order
+    of ``results["forgetting"]["pairs"]`` (each pair A→B, then B→A). Results without ``pairs`` (one
+    pair: ``task_a``, ``task_b``, ``table``) give that pair's rows. Used by the report and ``compare``.
+
+    Raises:
+        ValueError: naming the key, if ``forgetting``, a pair, its domains or a needed table entry is
+            missing or malformed.
+    """
+    fg = results.get("forgetting")
+    if not isinstance(fg, Mapping):
+        raise ValueError(f"results['forgetting']: expected a dict, given {type(fg).__name__}")
+    if "pairs" not in fg:
+        return _pair_rows(
+            str(fg.get("task_a", "A")), str(fg.get("task_b", "B")), fg.get("table"), "results['forgetting']"
+        )
+    pairs = fg["pairs"]
+    if not isinstance(pairs, Sequence) or isinstance(pairs, str) or not pairs:
+        raise ValueError(f"results['forgetting']['pairs']: expected a non-empty list, given {pairs!r:.80}")
+    rows = []
+    for i, pair in enumerate(pairs):
+        where = f"results['forgetting']['pairs'][{i}]"
+        if not isinstance(pair, Mapping) or any(
+            not isinstance(pair.get(k), str) for k in ("task_a", "task_b")
+        ):
+            raise ValueError(
+                f"{where}: expected a dict with string keys 'task_a' and 'task_b', given {pair!r:.80}"
+            )
+        rows += _pair_rows(pair["task_a"], pair["task_b"], pair.get("table"), where)
+    return rows
+
+
+def forgetting_table(rows: Sequence[ForgettingRow]) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted rows (mean ± 95% CI in %, drop in points) of :func:`forgetting_rows`."""
+    header = ["tasks A → B", "acc(A|A) (%)", "acc(B|A→B) (%)", "acc(A|A→B) (%)", "drop A|A − A|A→B (points)"]
+    body = [
+        [
+            r.order,
+            *(_pm(e["mean"], e.get("ci95")) for e in (r.first, r.second, r.first_after)),
+            _pct(r.drop),
+        ]
+        for r in rows
+    ]
+    return header, body
+
+
+# (scenario kind, number of tasks, column) of the ACL paper's Split-MNIST table (Table 3), in its order.
+SPLIT_COLUMNS: tuple[tuple[str, int, str], ...] = (
+    ("domain", 5, "5-task domain-incremental"),
+    ("class", 2, "2-task class-incremental"),
+    ("class", 5, "5-task class-incremental"),
+)
+SPLIT_BENCHMARKS = ("Split-MNIST", "Split-FashionMNIST", "Split-Digits", "Split-Emoji")  # row order
+_SCENARIO_KINDS = {"domain": "domain", "class": "class", "class-2task": "class"}
+
+
+def _split_cell(key: str, res: Any) -> tuple[str, str, int]:
+    """``(benchmark, scenario kind, number of tasks)`` of the split entry ``key``."""
+    where = f"results['split'][{key!r}]"
+    if not isinstance(res, Mapping) or "R" not in res:
+        given = sorted(res) if isinstance(res, Mapping) else type(res).__name__
+        raise ValueError(f"{where}: expected key 'R', given {given}")
+    benchmark, _, scenario = key.rpartition("/")
+    if not benchmark:
+        benchmark, scenario = key, str(res.get("scenario", ""))
+    if scenario not in _SCENARIO_KINDS:
+        raise ValueError(f"{where}: expected the scenario {sorted(_SCENARIO_KINDS)}, given {scenario!r}")
+    T = _matrix(res["R"], name=f"{where}['R']").shape[0]
+    if res.get("num_tasks", T) != T:
+        raise ValueError(f"{where}['num_tasks']: expected {T} (the size of R), given {res['num_tasks']!r}")
+    if scenario == "class-2task" and T != 2:
+        raise ValueError(f"{where}['R']: expected 2 tasks for the scenario 'class-2task', given {T}")
+    return benchmark, _SCENARIO_KINDS[scenario], T
+
+
+def split_table(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The split benchmarks in the ACL paper's Table 3 layout: rows = benchmarks (Split-MNIST,
+    Split-FashionMNIST, Split-Digits, Split-Emoji, then others in the order of ``results["split"]``),
+    columns = 5-task domain-incremental, 2-task class-incremental, 5-task class-incremental (then any
+    other task count present); cells = ACC mean ± std over runs (%), "—" where not evaluated. Used by
+    the report and ``compare``.
+
+    Raises:
+        ValueError: naming the key, if ``split`` is not a dict, an entry lacks ``R``/``ACC`` or has an
+            unknown scenario or a task count other than its ``R``'s, or two entries fill one cell.
+    """
+    split = results.get("split")
+    if not isinstance(split, Mapping):
+        raise ValueError(f"results['split']: expected a dict, given {type(split).__name__}")
+    cells: dict[tuple[str, str, int], tuple[str, str]] = {}
+    for key, res in split.items():
+        cell = _split_cell(str(key), res)
+        if cell in cells:
+            raise ValueError(f"results['split'][{key!r}]: the same cell as {cells[cell][0]!r}")
+        acc = _entry(res.get("ACC"), f"results['split'][{key!r}]['ACC']")
+        cells[cell] = (str(key), _pm(acc["mean"], acc.get("std")))
+    present = list(dict.fromkeys(b for b, _, _ in cells))
+    benchmarks = [b for b in SPLIT_BENCHMARKS if b in present] + [
+        b for b in present if b not in SPLIT_BENCHMARKS
+    ]
+    columns = list(SPLIT_COLUMNS)
+    extra = sorted({(k, T) for _, k, T in cells} - {(k, T) for k, T, _ in SPLIT_COLUMNS})
+    columns += [(k, T, f"{T}-task {k}-incremental") for k, T in extra]
+    header = ["benchmark", *(label for _, _, label in columns)]
+    rows = [[b, *(cells.get((b, k, T), ("", "—"))[1] for k, T, _ in columns)] for b in benchmarks]
+    return header, rows
+
+
+# The ACL paper's text (shared/spec/srwm_acl.md §5.7): Split-Omniglot domain-incremental with the Split-MNIST
+# ACL model, ACC mean ± std (%/100) by number of tasks.
+OMNIGLOT_REFERENCE: dict[int, tuple[float, float]] = {
+    5: (0.923, 0.004),
+    10: (0.820, 0.004),
+    20: (0.676, 0.011),
+}
+
+
+def _long_span_tasks(results: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any]]]:
+    """``results["long_span"]["tasks"]`` as ``(T, summary)`` sorted by ``T``, checked."""
+    ls = results.get("long_span")
+    if not isinstance(ls, Mapping):
+        raise ValueError(f"results['long_span']: expected a dict, given {type(ls).__name__}")
+    tasks = ls.get("tasks")
+    if not isinstance(tasks, Mapping) or not tasks:
+        raise ValueError(f"results['long_span']['tasks']: expected a non-empty dict, given {tasks!r:.80}")
+    out = []
+    for key, res in tasks.items():
+        where = f"results['long_span']['tasks'][{key!r}]"
+        try:
+            T = int(key)
+        except (TypeError, ValueError):
+            T = 0
+        if T < 1 or str(T) != str(key).strip():
+            raise ValueError(
+                f"results['long_span']['tasks']: expected positive task counts as keys, given {key!r}"
+            )
+        _entry(res.get("ACC") if isinstance(res, Mapping) else res, f"{where}['ACC']")
+        if "R" in res and _matrix(res["R"], name=f"{where}['R']").shape[0] != T:
+            raise ValueError(f"{where}['R']: expected a {T}×{T} matrix, given {len(res['R'])} rows")
+        out.append((T, res))
+    return sorted(out, key=lambda x: x[0])
+
+
+def long_span_table(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The long-span domain-incremental table: one row per number of tasks with ACC and BWT ± std over
+    runs (%) and the ACL paper's Split-Omniglot ACC (92.3 ± 0.4 / 82.0 ± 0.4 / 67.6 ± 1.1 at 5 / 10 /
+    20 tasks, from the paper's text; another data set, "—" for other task counts).
+
+    Raises:
+        ValueError: naming the key, if ``long_span`` or ``tasks`` is missing, a key is not a task
+            count, or an entry lacks ``ACC`` or has an ``R`` of another size.
+    """
+    rows = []
+    for T, res in _long_span_tasks(results):
+        bwt = res.get("BWT")
+        ref = OMNIGLOT_REFERENCE.get(T)
+        rows.append(
+            [
+                str(T),
+                _pm(res["ACC"]["mean"], res["ACC"].get("std")),
+                _pm(bwt["mean"], bwt.get("std")) if isinstance(bwt, Mapping) and "mean" in bwt else "—",
+                _pm(*ref, digits=1) if ref else "—",
+            ]
+        )
+    dataset = results["long_span"].get("dataset", "this run")
+    header = [
+        "tasks",
+        f"ACC (%), {dataset}",
+        "BWT (%)",
+        "ACL paper: Split-Omniglot ACC (%) (a different data set)",
+    ]
+    return header, rows
+
+
 # ------------------------------------------------------------------------------------------------- plots
 def plot_accuracy_matrix(
     R: Any, task_names: Sequence[str] | None, path: PathLike, title: str = "accuracy matrix"
@@ -157,6 +386,74 @@ def plot_accuracy_matrix(
     return atomic_save_figure(fig, path)
 
 
+def _entry(entry: Any, where: str) -> Mapping[str, Any]:
+    """A ``{"mean", ...}`` entry of a results table, or a ValueError naming ``where``."""
+    if not isinstance(entry, Mapping) or "mean" not in entry:
+        given = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
+        raise ValueError(f"{where}: expected a dict with key 'mean', given {given}")
+    return entry
+
+
+_ForgettingGroup = tuple[str, Sequence[tuple[str, Mapping[str, Any] | None]]]
+
+
+def _forgetting_bars(
+    groups: Sequence[_ForgettingGroup], path: PathLike, title: str, chance: float | None
+) -> Path:
+    """Grouped bars (three per group: first task after it, second task after both, first task after
+    both) with 95% CI error bars; ``None`` entries are left out. Written atomically to ``path``."""
+    fig = Figure(figsize=(max(7.0, 2.4 * len(groups) + 1.5), 4.4))
+    ax = fig.subplots()
+    width = 0.26
+    labelled: set[int] = set()
+    ticks: list[tuple[float, str]] = []
+    for g, (_, bars) in enumerate(groups):
+        for b, (tick, entry) in enumerate(bars):
+            if entry is None:
+                continue
+            mean = 100.0 * _as_float(entry["mean"])
+            ci = entry.get("ci95")
+            x = g + (b - 1) * width
+            ticks.append((x, tick))
+            ax.bar(
+                x,
+                mean,
+                width,
+                yerr=None if ci is None else [100.0 * _as_float(ci)],
+                capsize=4,
+                color=_BAR_COLORS[b],
+                label=_BAR_ROLES[b] if b not in labelled else None,
+            )
+            labelled.add(b)
+            if math.isfinite(mean):
+                ax.annotate(
+                    f"{mean:.1f}",
+                    (x, mean),
+                    xytext=(0, -3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="top",
+                    fontsize=8,
+                    color="white",
+                )
+    ax.set_xticks([x for x, _ in ticks], [t for _, t in ticks], fontsize=8)
+    for g, (label, _) in enumerate(groups):
+        ax.text(g, -0.12, label, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=9)
+    if chance is not None:
+        ax.axhline(
+            100.0 * chance,
+            color="gray",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"chance ({100.0 * chance:.0f}%)",
+        )
+    ax.set_ylim(0, 125)  # head room for the legend above the bars
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper center", ncol=3, framealpha=0.9)
+    return atomic_save_figure(fig, path)
+
+
 def plot_forgetting(
     table: Mapping[str, Mapping[str, Any]],
     path: PathLike,
@@ -184,60 +481,97 @@ def plot_forgetting(
     known = [k for _, bars in FORGETTING_ORDERS for k, _, _ in bars]
     if not any(k in table for k in known):
         raise ValueError(f"table: expected some of the keys {known}, given {sorted(table)}")
-    fig = Figure(figsize=(7.0, 4.2))
-    ax = fig.subplots()
-    width = 0.26
-    labelled: set[int] = set()
-    for g, (_, bars) in enumerate(FORGETTING_ORDERS):
-        for b, (key, _, _) in enumerate(bars):
-            if key not in table:
-                continue
-            entry = table[key]
-            if "mean" not in entry:
-                raise ValueError(f"table[{key!r}]: expected keys 'mean' and 'ci95', given {sorted(entry)}")
-            mean = 100.0 * _as_float(entry["mean"])
-            ci = entry.get("ci95")
-            err = None if ci is None else [100.0 * _as_float(ci)]
-            x = g + (b - 1) * width
-            ax.bar(
-                x,
-                mean,
-                width,
-                yerr=err,
-                capsize=4,
-                color=_BAR_COLORS[b],
-                label=_BAR_ROLES[b] if b not in labelled else None,
-            )
-            labelled.add(b)
-            if math.isfinite(mean):
-                ax.annotate(
-                    f"{mean:.1f}",
-                    (x, mean),
-                    xytext=(0, -3),
-                    textcoords="offset points",
-                    ha="center",
-                    va="top",
-                    fontsize=8,
-                    color="white",
-                )
-    ticks = [g + (b - 1) * width for g in range(2) for b in range(3)]
-    ax.set_xticks(
-        ticks, [k.replace("->", "→") for _, bars in FORGETTING_ORDERS for k, _, _ in bars], fontsize=8
-    )
-    for g, (order, _) in enumerate(FORGETTING_ORDERS):
-        ax.text(g, -0.12, f"order {order}", transform=ax.get_xaxis_transform(), ha="center", va="top")
-    if chance is not None:
-        ax.axhline(
-            100.0 * chance,
-            color="gray",
-            linestyle="--",
-            linewidth=1.2,
-            label=f"chance ({100.0 * chance:.0f}%)",
+    groups = [
+        (
+            f"order {order}",
+            [
+                (k.replace("->", "→"), _entry(table[k], f"table[{k!r}]") if k in table else None)
+                for k, _, _ in bars
+            ],
         )
-    ax.set_ylim(0, 125)  # head room for the legend above the bars
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper center", ncol=3, framealpha=0.9)
+        for order, bars in FORGETTING_ORDERS
+    ]
+    return _forgetting_bars(groups, path, title, chance)
+
+
+def plot_forgetting_rows(
+    rows: Sequence[ForgettingRow],
+    path: PathLike,
+    title: str = "in-context forgetting",
+    *,
+    chance: float | None = None,
+) -> Path:
+    """Grouped bars of the paper's in-context forgetting table: one group per ordered domain pair
+    (:func:`forgetting_rows`) with acc(A|A), acc(B|A→B) and acc(A|A→B) ± 95% CI.
+
+    Args:
+        rows: the table rows (``order`` labels the group).
+        path: output PNG (written atomically).
+        title: figure title.
+        chance: chance accuracy as a fraction (``1/n_way``), drawn as a dashed line; None → no line.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        ValueError: if ``rows`` is empty.
+    """
+    if not rows:
+        raise ValueError("rows: expected at least one ordered domain pair, given none")
+    ticks = ("A|A", "B|A→B", "A|A→B")
+    groups = [(r.order, list(zip(ticks, (r.first, r.second, r.first_after), strict=True))) for r in rows]
+    return _forgetting_bars(groups, path, title, chance)
+
+
+def plot_long_span(long_span: Mapping[str, Any], path: PathLike) -> Path:
+    """Accuracy vs number of tasks of the long-span protocol (``results["long_span"]``): ACC ± std over
+    runs against ``T`` beside the ACL paper's Split-Omniglot reference (another data set), and, when
+    the summaries carry ``R``, a second panel with the final accuracy ``R[T-1, j]`` of every task ``j``,
+    one line per ``T``. Written atomically to ``path``; returns ``Path(path)``.
+
+    Raises:
+        ValueError: as :func:`long_span_table` for a malformed section.
+    """
+    tasks = _long_span_tasks({"long_span": long_span})
+    with_r = [(T, res) for T, res in tasks if "R" in res]
+    fig = Figure(figsize=(11.0 if with_r else 6.0, 4.2))
+    axes = fig.subplots(1, 2 if with_r else 1, squeeze=False)[0]
+    ax = axes[0]
+    ts = [T for T, _ in tasks]
+    acc = [100.0 * _as_float(res["ACC"]["mean"]) for _, res in tasks]
+    std = [100.0 * _as_float(res["ACC"].get("std", 0.0)) for _, res in tasks]
+    ax.errorbar(ts, acc, yerr=std, marker="o", capsize=4, label=str(long_span.get("dataset", "this run")))
+    ref = sorted(OMNIGLOT_REFERENCE.items())
+    ax.errorbar(
+        [T for T, _ in ref],
+        [100.0 * m for _, (m, _) in ref],
+        yerr=[100.0 * s for _, (_, s) in ref],
+        marker="s",
+        linestyle="--",
+        capsize=4,
+        color="gray",
+        label="ACL paper, Split-Omniglot (another data set)",
+    )
+    n_way = long_span.get("n_way")
+    if n_way:
+        ax.axhline(100.0 / float(n_way), color="gray", linestyle=":", linewidth=1.0, label="chance")
+    ax.set_xticks(sorted(set(ts) | {T for T, _ in ref}))
+    ax.set_xlabel("number of tasks T")
+    ax.set_ylabel("ACC after the last task (%)")
+    ax.set_title("accuracy vs number of tasks")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if with_r:
+        ax = axes[1]
+        for T, res in with_r:
+            final = 100.0 * _matrix(res["R"])[-1]
+            ax.plot(range(1, T + 1), final, marker="o", markersize=3, label=f"T = {T}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("task j")
+        ax.set_ylabel("accuracy on task j after the last task (%)")
+        ax.set_title("final accuracy per task")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     return atomic_save_figure(fig, path)
 
 
@@ -371,6 +705,15 @@ def _learning_curves_from_log(log: Path) -> dict[str, list[tuple[float, float]]]
 def _section_run(run: Mapping[str, Any]) -> list[str]:
     lines = ["## Run", ""]
     rows = [(k, run[k]) for k in ("preset", "run_dir") if run.get(k) is not None]
+    if run.get("stage") is not None:
+        rows.append(("training stage", run["stage"]))
+    sources = run.get("sources")
+    if sources is not None:
+        if isinstance(sources, str) or not isinstance(sources, Sequence):
+            raise ValueError(
+                f"results['run']['sources']: expected a list of domain names, given {sources!r:.80}"
+            )
+        rows.append(("meta-training domains", ", ".join(str(x) for x in sources) or "—"))
     if run.get("steps") is not None:
         rows.append(("training step of the evaluated checkpoint", run["steps"]))
     if run.get("train_minutes") is not None:
@@ -378,7 +721,7 @@ def _section_run(run: Mapping[str, Any]) -> list[str]:
     rows += [
         (k, f"{v:.2f}" if isinstance(v, float) else v)
         for k, v in run.items()
-        if k not in ("preset", "run_dir", "steps", "train_minutes", "command")
+        if k not in ("preset", "run_dir", "steps", "train_minutes", "command", "stage", "sources")
     ]
     if rows:
         lines += md_table(("field", "value"), rows) + [""]
@@ -400,7 +743,31 @@ def _section_fewshot(fs: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _section_forgetting_pairs(results: Mapping[str, Any], plots: Path) -> tuple[list[str], Path]:
+    """The paper's layout: one row per ordered pair of meta-test domains, and its bar plot."""
+    fg = results["forgetting"]
+    rows = forgetting_rows(results)
+    n_way = fg.get("n_way")
+    chance = 1.0 / float(n_way) if n_way else None
+    lines = [
+        "## In-context forgetting (2 tasks)",
+        "",
+        f"Task A from the first domain, then task B from the second: two {n_way or '?'}-way "
+        f"{fg.get('k_shot', '?')}-shot tasks with disjoint classes (same domain: disjoint classes of it), "
+        f"{fg.get('episodes', '?')} episodes per domain pair, both orders on the same episodes. "
+        "acc(A|A→B) is task A's accuracy after learning A then B (the forgetting measure); accuracy in %, "
+        "mean ± 95% CI; drop = acc(A|A) − acc(A|A→B) in points"
+        + (f"; chance = {100.0 * chance:.1f} %." if chance else "."),
+        "",
+    ]
+    lines += md_table(*forgetting_table(rows)) + [""]
+    png = plot_forgetting_rows(rows, plots / "forgetting.png", "in-context forgetting", chance=chance)
+    lines += [f"![in-context forgetting per domain order](plots/{png.name})", ""]
+    return lines, png
+
+
 def _section_forgetting(fg: Mapping[str, Any], plots: Path) -> tuple[list[str], Path | None]:
+    """The single-pair layout (results without ``pairs``): both task orders of one table."""
     table = fg.get("table")
     if not isinstance(table, Mapping):
         raise ValueError(f"results['forgetting']: expected a 'table' dict, given {type(table).__name__}")
@@ -475,6 +842,38 @@ def _section_split(name: str, res: Mapping[str, Any], plots: Path) -> tuple[list
     return lines, png
 
 
+def _section_split_table(results: Mapping[str, Any]) -> list[str]:
+    """The ACL paper's Table 3 layout of every split entry."""
+    runs = sorted(
+        {int(r["runs"]) for r in results["split"].values() if isinstance(r, Mapping) and "runs" in r}
+    )
+    k_shot = sorted(
+        {int(r["k_shot"]) for r in results["split"].values() if isinstance(r, Mapping) and "k_shot" in r}
+    )
+    info = "ACC (%) after the last task, mean ± population std over runs"
+    if runs:
+        info += f" ({'/'.join(map(str, runs))} runs"
+        info += f", {'/'.join(map(str, k_shot))} demonstrations per class)" if k_shot else ")"
+    lines = ["Paper layout (ACL paper Table 3): " + info + "; — = not evaluated.", ""]
+    return lines + md_table(*split_table(results)) + [""]
+
+
+def _section_long_span(results: Mapping[str, Any], plots: Path) -> tuple[list[str], Path]:
+    ls = results["long_span"]
+    header, rows = long_span_table(results)
+    desc = (
+        f"{ls.get('dataset', '?')}, {ls.get('scenario', 'domain')}-incremental, {ls.get('n_way', '?')}-way "
+        f"tasks with {ls.get('k_shot', '?')} demonstrations per class, {ls.get('runs', '?')} runs: ACC (%) "
+        "after the last task, mean ± population std over runs. The paper's column is Split-Omniglot "
+        "(numbers from the ACL paper's text, its Split-MNIST ACL model), **a different data set**: a "
+        "reference for the trend with the number of tasks, not the same measurement."
+    )
+    lines = ["## Long task sequences", "", desc, ""] + md_table(header, rows) + [""]
+    png = plot_long_span(ls, plots / "long_span.png")
+    lines += [f"![accuracy vs number of tasks](plots/{png.name})", ""]
+    return lines, png
+
+
 def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
     """Write ``run_dir/plots/*.png`` and ``run_dir/report.md`` from an ACL ``results.json`` dict.
 
@@ -509,11 +908,19 @@ def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
     if results.get("fewshot"):
         lines += _section_fewshot(results["fewshot"])
     if results.get("forgetting"):
-        lines += _section_forgetting(results["forgetting"], plots)[0]
+        fg = results["forgetting"]
+        if not isinstance(fg, Mapping):
+            raise ValueError(f"results['forgetting']: expected a dict, given {type(fg).__name__}")
+        if "pairs" in fg:
+            lines += _section_forgetting_pairs(results, plots)[0]
+        else:
+            lines += _section_forgetting(fg, plots)[0]
     if results.get("split"):
-        lines += ["## Split benchmarks", ""]
+        lines += ["## Split benchmarks", ""] + _section_split_table(results)
         for name, res in results["split"].items():
             lines += _section_split(name, res, plots)[0]
+    if results.get("long_span"):
+        lines += _section_long_span(results, plots)[0]
 
     log = run_dir / "metrics.jsonl"
     if log.is_file():
