@@ -146,15 +146,13 @@ def test_two_task_class_incremental_from_a_ten_output_model():
     assert np.array(three["R"]).shape == (3, 3) and three["chance"] == pytest.approx(1 / 6)
     dom = evaluate_split_benchmark(_model(5), ds, k_shot=2, runs=2, scenario="domain", num_tasks=3)
     np.testing.assert_allclose(dom["R"], np.array(OLD[(5, "domain")][0])[:3, :3], atol=1e-12)  # a prefix
-    with pytest.raises(
-        ValueError, match=r"num_tasks: expected an int in \[2, 5\] \(the class pairs of 'toy'\)"
-    ):
+    with pytest.raises(ValueError, match=r"num_tasks: expected <= the 5 class pairs of 'toy', got 6"):
         evaluate_split_benchmark(_model(10), ds, k_shot=2, runs=1, scenario="class", num_tasks=6)
     with pytest.raises(ValueError, match=r"num_tasks: 'class' with 3 tasks .* 6 outputs; the model has 5"):
         evaluate_split_benchmark(_model(5), ds, k_shot=2, runs=1, scenario="class", num_tasks=3)
     with pytest.raises(ValueError, match=r"scenario: 'class' with 1 tasks needs >= 2 tasks .* has 3"):
         evaluate_split_benchmark(_model(3), ds, k_shot=2, runs=1, scenario="class")
-    with pytest.raises(ValueError, match="scenario: expected 'domain' or 'class', got 'task'"):
+    with pytest.raises(ValueError, match=r"scenario: expected one of \['domain', 'class'\], got 'task'"):
         evaluate_split_benchmark(_model(5), ds, k_shot=2, runs=1, scenario="task")
 
 
@@ -260,8 +258,8 @@ def test_errors():
 
     cases = [
         (dict(good, runs=0), "runs: expected an int >= 1, got 0"),
-        (dict(good, n_out=1), r"n_out: expected an int in \[2, 5\] \(the model has 5 outputs\), got 1"),
-        (dict(good, n_out=6), r"n_out: expected an int in \[2, 5\]"),
+        (dict(good, n_out=1), r"n_out: expected an int >= 2, got 1"),
+        (dict(good, n_out=6), r"n_out: expected <= the model's 5 outputs, got 6"),
         (dict(good, query_batch=0), "query_batch: expected an int >= 1"),
         (dict(good, channels=2), r"channels: expected 1 \(grayscale\) or 3 \(RGB\), got 2"),
     ]
@@ -291,5 +289,5 @@ def test_errors():
         evaluate_pool_split(model, pool, num_tasks=3, k_shot=1, runs=1, n_query_per_class=2, scenario="class")
     with pytest.raises(ValueError, match=r"k_shot: expected k_shot \+ n_query_per_class <= the 8 examples"):
         evaluate_pool_split(model, pool, num_tasks=2, k_shot=6, runs=1, n_query_per_class=3)
-    with pytest.raises(ValueError, match="scenario: expected 'domain' or 'class', got 'x'"):
+    with pytest.raises(ValueError, match=r"scenario: expected one of \['domain', 'class'\], got 'x'"):
         evaluate_pool_split(model, pool, num_tasks=2, k_shot=1, runs=1, n_query_per_class=2, scenario="x")

@@ -167,6 +167,10 @@ def test_registry_and_pool_config(cache, pools):
     loaded = load_pools_for(cfg)
     assert loaded["test"].images.shape[1:] == (2, 3, 16, 16)
     assert loaded["train"].name == "EmojiImages/train"
+    names = {n for p in loaded.values() for n in p.class_names}  # the full set: near-duplicates dropped
+    tricolours = {"flag: Clipperton Island (U+1F1E8 U+1F1F5)", "flag: France (U+1F1EB U+1F1F7)"}
+    assert len((tricolours | {"flag: St. Martin (U+1F1F2 U+1F1EB)"}) & names) == 1  # one flag, three names
+    assert 1500 < len(names) < 1800
     with pytest.raises(ValueError, match="data.channels"):
         load_pools_for(
             PoolConfig(source="emoji", channels=1, image_size=16, examples_per_class=2, cache_dir=str(cache))
@@ -223,3 +227,13 @@ def test_split_lists_with_a_subgroup_twice_or_a_bad_shape_are_errors(monkeypatch
     lists["val"] = ["b"]
     with pytest.raises(ValueError, match=r"emoji/val.json: expected \{group: \[subgroup, \.\.\.\]\}"):
         emoji_subgroup_splits()
+
+
+def test_near_duplicate_renders_are_dropped_and_distinct_faces_kept():
+    def r(text):
+        return build.render_emoji(emoji.EMOJI_FONT, text)
+
+    france, st_martin = r("\U0001f1eb\U0001f1f7"), r("\U0001f1f2\U0001f1eb")
+    neutral, expressionless = r("\U0001f610"), r("\U0001f611")
+    assert build.distinct_renders([france, neutral, st_martin, expressionless]) == [0, 1, 3]
+    assert build.distinct_renders([]) == []

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastweights.checks import check_choice, check_int
 from fastweights.cl.metrics import summarize_runs
 from fastweights.cl.objective import to_model_images
 from fastweights.data.sources.base import ClassPool, SplitDataset, Stat
@@ -32,24 +33,6 @@ from fastweights.data.streams import SCENARIOS, Task, pool_split_tasks, split_be
 from fastweights.models.in_context import InContextClassifier
 
 __all__ = ["evaluate_split_tasks", "evaluate_split_benchmark", "evaluate_pool_split"]
-
-
-def _check_int(name: str, value: object, lo: int, hi: int | None = None, why: str = "") -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or value < lo
-        or (hi is not None and value > hi)
-    ):
-        want = f"an int >= {lo}" if hi is None else f"an int in [{lo}, {hi}]"
-        raise ValueError(f"{name}: expected {want}{why}, got {value!r}")
-    return int(value)
-
-
-def _check_scenario(scenario: object) -> str:
-    if scenario not in SCENARIOS:
-        raise ValueError(f"scenario: expected 'domain' or 'class', got {scenario!r}")
-    return str(scenario)
 
 
 class _Embedder:
@@ -147,9 +130,11 @@ def evaluate_split_tasks(
             backbone, a run with fewer than 2 tasks, another number of tasks than run 0, a task without
             queries or with labels outside ``[0, n_out)``; from the model for images of the wrong size.
     """
-    runs = _check_int("runs", runs, 1)
-    n_out = _check_int("n_out", n_out, 2, model.num_classes, f" (the model has {model.num_classes} outputs)")
-    query_batch = _check_int("query_batch", query_batch, 1)
+    check_int("runs", runs)
+    check_int("n_out", n_out, 2)
+    if n_out > model.num_classes:
+        raise ValueError(f"n_out: expected <= the model's {model.num_classes} outputs, got {n_out}")
+    check_int("query_batch", query_batch)
     embed = _Embedder(model, mean, std, channels, device)
     was_training = model.training
     model.eval()
@@ -220,12 +205,17 @@ def evaluate_split_benchmark(
         ValueError: for an unknown ``scenario``, a ``num_tasks`` outside ``[2, #pairs]``, a model with too
             few outputs, or from :func:`~fastweights.data.streams.split_benchmark` (e.g. too few images).
     """
-    scenario = _check_scenario(scenario)
+    check_choice("scenario", scenario, SCENARIOS)
     pairs = tuple((c, c + 1) for c in range(0, dataset.num_classes - 1, 2))
     if num_tasks is None:
         count = len(pairs) if scenario == "domain" else min(len(pairs), model.num_classes // 2)
     else:
-        count = _check_int("num_tasks", num_tasks, 2, len(pairs), f" (the class pairs of {dataset.name!r})")
+        check_int("num_tasks", num_tasks, 2)
+        if num_tasks > len(pairs):
+            raise ValueError(
+                f"num_tasks: expected <= the {len(pairs)} class pairs of {dataset.name!r}, got {num_tasks}"
+            )
+        count = num_tasks
     groups = pairs[:count]
     n_out = 2 if scenario == "domain" else 2 * len(groups)
     if len(groups) < 2 or n_out > model.num_classes:
@@ -279,9 +269,9 @@ def evaluate_pool_split(
             from :func:`~fastweights.data.streams.pool_split_tasks` (bad argument, too few classes or
             examples).
     """
-    scenario = _check_scenario(scenario)
-    num_tasks = _check_int("num_tasks", num_tasks, 2)
-    n_way = _check_int("n_way", n_way, 2)
+    check_choice("scenario", scenario, SCENARIOS)
+    check_int("num_tasks", num_tasks, 2)
+    check_int("n_way", n_way, 2)
     n_out = n_way if scenario == "domain" else n_way * num_tasks
     if n_out > model.num_classes:
         raise ValueError(

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastweights.checks import check_choice
+
 from .sources.base import ClassPool, SplitDataset
 
 __all__ = ["Task", "split_benchmark", "pool_split_tasks", "SCENARIOS", "SPLIT_PAIRS"]
@@ -37,11 +39,6 @@ def _check_count(name: str, value: object, lo: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
         raise ValueError(f"{name}: expected an int >= {lo}, given {value!r}")
     return int(value)
-
-
-def _check_scenario(scenario: object) -> None:
-    if scenario not in SCENARIOS:
-        raise ValueError(f"scenario: expected one of {SCENARIOS}, given {scenario!r}")
 
 
 def _shot_major(demos: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +98,7 @@ def split_benchmark(
     if not isinstance(ds, SplitDataset):
         raise ValueError(f"ds: expected a SplitDataset, given {type(ds).__name__}")
     k, run = _check_count("k_shot", k_shot, 1), _check_count("run", run, 0)
-    _check_scenario(scenario)
+    check_choice("scenario", scenario, SCENARIOS)
     groups = _check_groups(class_groups, ds.num_classes)
     lo, hi = k * run, k * (run + 1)
     tasks = []
@@ -172,7 +169,7 @@ def pool_split_tasks(
     k, run = _check_count("k_shot", k_shot, 1), _check_count("run", run, 0)
     n_query = _check_count("n_query_per_class", n_query_per_class, 1)
     seed = _check_count("seed", seed, 0)
-    _check_scenario(scenario)
+    check_choice("scenario", scenario, SCENARIOS)
     if num_tasks * n_way > pool.num_classes:
         raise ValueError(
             f"num_tasks: expected num_tasks * n_way <= the {pool.num_classes} classes of pool {pool.name!r}, "

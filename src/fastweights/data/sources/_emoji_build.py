@@ -26,7 +26,10 @@ __all__ = [
     "base_classes",
     "assign_subgroups",
     "render_emoji",
+    "distinct_renders",
+    "class_rng",
     "examples",
+    "layout_engine",
 ]
 
 FONT_SIZE = 109  # the only size NotoColorEmoji's CBDT bitmaps are drawn at
@@ -46,6 +49,12 @@ SHIFT = 0.12
 BRIGHTNESS = (0.75, 1.25)
 CONTRAST = (0.7, 1.3)
 OCCLUSION_SIDE = (0.25, 0.5)
+# A class whose render (on mid-gray, box-averaged to 32 x 32 RGB) correlates >= 0.99 with an earlier
+# class's is a near-duplicate (chosen by inspection of the pairs: >= 0.99 are one flag under two names,
+# e.g. France / St. Martin, Norway / Svalbard, or one square at two sizes, which the fitting makes
+# equal; the next pairs, 0.95-0.99, are distinct faces such as "neutral" / "expressionless")
+DUPLICATE_NCC = 0.99
+DUPLICATE_RES = 32
 RENDER = {
     "font_size": FONT_SIZE,
     "canvas": CANVAS,
@@ -58,6 +67,8 @@ RENDER = {
     "brightness": BRIGHTNESS,
     "contrast": CONTRAST,
     "occlusion_side": OCCLUSION_SIDE,
+    "duplicate_ncc": DUPLICATE_NCC,
+    "duplicate_res": DUPLICATE_RES,
 }  # the rendering constants: part of the cache key
 
 _LINE = re.compile(r"^([0-9A-Fa-f ]+?)\s*;\s*([a-z-]+)\s*#\s*\S+\s+E\d+\.\d+\s+(.+?)\s*$")
@@ -242,6 +253,32 @@ def render_emoji(font_path: Path, text: str) -> np.ndarray | None:
     if np.count_nonzero(arr[..., 3] >= 128) < MIN_OPAQUE:
         return None
     return arr
+
+
+def shape_vector(render: np.ndarray) -> np.ndarray:
+    """Zero-mean, unit-norm float32 ``[3 * DUPLICATE_RES**2]`` of an RGBA render composited on mid-gray
+    and box-averaged to ``DUPLICATE_RES`` px: dot products are normalised cross-correlations."""
+    im = Image.fromarray(render, "RGBA")
+    canvas = Image.new("RGB", im.size, (128, 128, 128))
+    canvas.paste(im, (0, 0), im)
+    small = canvas.resize((DUPLICATE_RES, DUPLICATE_RES), Image.Resampling.BOX)
+    x = np.asarray(small, dtype=np.float64).ravel()
+    x = x - x.mean()
+    norm = np.linalg.norm(x)
+    return (x / norm if norm > 0 else x).astype(np.float32)
+
+
+def distinct_renders(renders: list[np.ndarray]) -> list[int]:
+    """Indices of the renders to keep: each one whose :func:`shape_vector` correlates less than
+    ``DUPLICATE_NCC`` with every earlier kept one (greedy, in order)."""
+    if not renders:
+        return []
+    v = np.stack([shape_vector(r) for r in renders])
+    ncc = v @ v.T
+    kept = np.zeros(len(renders), dtype=bool)
+    for i in range(len(renders)):
+        kept[i] = not (ncc[i, :i][kept[:i]] >= DUPLICATE_NCC).any()
+    return [int(i) for i in np.flatnonzero(kept)]
 
 
 def class_rng(seed: int, emoji: Emoji) -> np.random.Generator:
