@@ -211,8 +211,8 @@ def test_alternate_order_rotates_the_samplers_per_step():
 
     assert order(two, 2, alternate=True) == [[0, 1], [1, 0], [0, 1], [1, 0]]  # ACL §4.2: A,B then B,A
     assert order(two, 3, alternate=True) == [[0, 1, 0], [1, 0, 1]] * 2
-    assert order(three, 3, alternate=True) == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
-    assert order(three, 2, alternate=True)[1] == [1, 2]
+    assert order(three, 3, alternate=True) == [[0, 1, 2], [2, 0, 1], [1, 2, 0], [0, 1, 2]]  # §4.3
+    assert order(three, 2, alternate=True)[1] == [2, 0]
     assert order(one, 3, alternate=True) == [[0, 0, 0]] * 4
     assert order(two, 2) == [[0, 1]] * 4  # without alternation: sampler order every step
     assert _source(samplers=two).order(7) == [0, 1]  # default: one task per sampler

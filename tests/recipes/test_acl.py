@@ -168,3 +168,89 @@ def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path):
     assert results["run"]["preset"] == "standard" and results["run"]["steps"] > 1000
     # a trained model: far above chance (20%) on held-out 5-way 5-shot glyph tasks
     assert results["fewshot"]["accuracy"] > 0.6
+
+
+CROSS = ["data.sources=[fontglyphs,emoji]", "data.channels=3"]
+
+
+def test_cross_domain_train_and_paper_tables(tmp_path):
+    """Two domains (grayscale FontGlyphs repeated to RGB + EmojiImages): training alternates the domain
+    order, validation covers both orders, and the evaluation has every domain pair, the split table
+    (domain, 2-task class) with Split-Emoji and the long-span tasks."""
+    run = tmp_path / "run"
+    cfg = _cfg(tmp_path, *CROSS, "train.max_steps=2", "train.val_every_steps=2", "train.val_episodes=4")
+    acl.train(cfg, run)
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"val_A|A", "val_B|A->B", "val_A|A->B", "val_B|B", "val_A|B->A", "val_B|B->A"} <= set(record)
+    overrides = [
+        "eval.split_benchmarks=[digits,emoji]",
+        "eval.scenarios=[domain,class]",
+        "eval.long_span_tasks=[2,3]",
+        "eval.split_query_per_class=3",
+    ]
+    results = acl.evaluate(run, overrides=overrides)
+    pairs = [(p["task_a"], p["task_b"]) for p in results["forgetting"]["pairs"]]
+    assert pairs == [
+        ("FontGlyphs", "FontGlyphs"),
+        ("EmojiImages", "EmojiImages"),
+        ("FontGlyphs", "EmojiImages"),
+    ]
+    assert results["run"]["sources"] == ["FontGlyphs", "EmojiImages"]
+    assert set(results["fewshot"]["domains"]) == {"FontGlyphs", "EmojiImages"}
+    assert set(results["split"]) == {
+        "Split-Digits/domain",
+        "Split-Digits/class-2task",
+        "Split-Emoji/domain",
+        "Split-Emoji/class-2task",
+    }
+    assert len(results["split"]["Split-Emoji/domain"]["R"]) == 5
+    assert len(results["split"]["Split-Emoji/class-2task"]["R"]) == 2
+    assert sorted(results["long_span"]["tasks"]) == ["2", "3"]
+    assert len(results["long_span"]["tasks"]["3"]["R"]) == 3
+    report = (run / "report.md").read_text()
+    for text in ("FontGlyphs → EmojiImages", "EmojiImages → FontGlyphs", "5-task domain-incremental"):
+        assert text in report
+
+
+def test_class_incremental_meta_finetuning_from_a_five_way_run(tmp_path):
+    """5 two-way tasks with labels shifted by 2 per task on a 10-output model, initialised from a 5-way
+    2-task run: the shared weights are loaded, validation scores 5-task sequences."""
+    acl.train(_cfg(tmp_path, *CROSS, "train.max_steps=1"), tmp_path / "base")
+    ckpt = tmp_path / "base" / "checkpoints" / "latest.pt"
+    cfg = _cfg(
+        tmp_path,
+        *CROSS,
+        f"train.init_from={ckpt}",
+        "model.num_classes=10",
+        "train.scenario=class",
+        "train.num_tasks=5",
+        "train.n_way=2",
+        "train.max_steps=2",
+        "train.val_every_steps=2",
+        "train.val_episodes=4",
+        "train.lr=0.0",
+        "eval.n_way=2",
+    )
+    acl.train(cfg, tmp_path / "ft")
+    base = torch.load(ckpt, weights_only=False)["model"]
+    ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)["model"]
+    torch.testing.assert_close(ft["out_layer.weight"][:5], base["out_layer.weight"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        ft["input_proj.weight"][:, -1], base["input_proj.weight"][:, -1], rtol=0, atol=0
+    )
+    record = json.loads((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {f"val_task{j}|all" for j in range(1, 6)} <= set(record) and "train_4|0" in record
+    results = acl.evaluate(
+        tmp_path / "ft", overrides=["eval.split_benchmarks=[digits]", "eval.scenarios=[domain,class]"]
+    )
+    assert set(results["split"]) == {"Split-Digits/domain", "Split-Digits/class-2task", "Split-Digits/class"}
+    assert len(results["split"]["Split-Digits/class"]["R"]) == 5
+    assert results["run"]["stage"] == "5-task meta-finetuning (class-incremental)"
+
+
+def test_init_from_with_other_image_channels_is_refused_before_the_run_folder(tmp_path):
+    acl.train(_cfg(tmp_path, "train.max_steps=1"), tmp_path / "gray")
+    ckpt = tmp_path / "gray" / "checkpoints" / "latest.pt"
+    with pytest.raises(ValueError, match="train.init_from"):
+        acl.train(_cfg(tmp_path, *CROSS, f"train.init_from={ckpt}"), tmp_path / "rgb")
+    assert not (tmp_path / "rgb").exists()

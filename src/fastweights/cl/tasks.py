@@ -204,8 +204,9 @@ class TaskSource:
             labels the shifted tasks use (see :func:`task_label_space`).
         num_tasks: tasks per sequence (the ACL sequence length); default ``len(samplers)`` (one task per
             sampler), or ``len(samplers) * tasks_per_sampler``.
-        alternate: position ``t`` of step ``s`` uses sampler ``(s + t) % len(samplers)`` (two domains:
-            A,B at even steps, B,A at odd ones; ACL paper §4.2 step 2); otherwise ``t % len(samplers)``.
+        alternate: position ``t`` of step ``s`` uses sampler ``(t - s) % len(samplers)`` (two domains:
+            A,B at even steps, B,A at odd ones, ACL spec §4.2 step 2; three: the cyclic rotations
+            (A,B,C), (C,A,B), (B,C,A) of spec §4.3); otherwise ``t % len(samplers)``.
         scenario: ``"domain"`` or ``"class"`` (class-incremental labels, ACL paper §4.4).
         n_query: queries per class per task (0: demonstrations only).
         first_shot: also sample the first-shot demos of ACL App. A.6 (image steps only).
@@ -254,7 +255,7 @@ class TaskSource:
     def order(self, step: int) -> list[int]:
         """The sampler index of each position of ``step``'s sequences (synthetic steps use no sampler)."""
         offset = step if self.alternate else 0
-        return [(offset + t) % len(self.samplers) for t in range(int(self.num_tasks or 0))]
+        return [(t - offset) % len(self.samplers) for t in range(int(self.num_tasks or 0))]
 
     def tasks(self, model: InContextClassifier, step: int, device: torch.device | str) -> list[TaskTensors]:
         """The embedded tasks of ``step``: ``num_tasks`` :class:`TaskTensors` with float32 features

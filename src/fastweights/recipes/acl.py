@@ -45,7 +45,7 @@ from fastweights.recipes.common import (
     train_verb,
 )
 from fastweights.recipes.contract import RECIPE_MEMBERS
-from fastweights.recipes.report import plot_bars, plot_learning_curves, write_report
+from fastweights.recipes.report import forgetting_rows, plot_bars, plot_learning_curves, write_report
 from fastweights.train.checkpoint import CheckpointManager, read_checkpoint
 from fastweights.train.run_folder import output_folder
 
@@ -95,8 +95,8 @@ def _validate(
         out["val_objective"] = float(np.mean([accs[k].mean() for k in terms]))
         out["val_acc"] = out["val_A|A"]
         return out
-    n = len(samplers)  # both domain orders of training's alternation (one order for one domain)
-    orders = sorted({tuple((s + i) % n for i in range(t.num_tasks)) for s in range(min(n, 2))})
+    n = len(samplers)  # the first two domain orders of training's alternation (one for one domain)
+    orders = sorted({tuple((i - s) % n for i in range(t.num_tasks)) for s in range(min(n, 2))})
     R = np.concatenate(
         [
             evaluate_task_sequence(
@@ -141,8 +141,8 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
     Each training sequence holds ``train.num_tasks`` tasks; with several domains (``data.sources``)
-    task ``t`` of step ``s`` comes from domain ``(s + t) mod #domains`` (the order alternates from
-    batch to batch, ACL spec §4.2). ``train.init_from`` starts from another run's weights (5-task
+    task ``t`` of step ``s`` comes from domain ``(t - s) mod #domains`` (the order alternates from
+    batch to batch, ACL spec §4.2/§4.3). ``train.init_from`` starts from another run's weights (5-task
     meta-finetuning, spec §4.4; label columns and output rows mapped by class index).
     Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
     included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
@@ -294,13 +294,14 @@ def compare_curves(
 
 
 def summary(results: dict[str, Any]) -> str:
-    """One line for the terminal: held-out few-shot accuracy and the first task after learning a second."""
-    fs, table = results["fewshot"], results["forgetting"]["table"]
+    """One line for the terminal: held-out few-shot accuracy, the first task after learning a second
+    (per ordered domain pair) and each split benchmark's ACC."""
+    fs = results["fewshot"]
     acc = f"{100 * fs['accuracy']:.2f} ± {100 * fs['ci95']:.2f} %"
-    forgetting = f"A after A→B {100 * table['A|A->B']['mean']:.2f} %"
-    line = f"{fs['n_way']}-way {fs['k_shot']}-shot accuracy {acc}; {forgetting}"
+    line = f"{fs['n_way']}-way {fs['k_shot']}-shot accuracy {acc}"
+    forgetting = [f"A after {r.order} {100 * r.first_after['mean']:.2f} %" for r in forgetting_rows(results)]
     split = [f"{name} ACC {100 * r['ACC']['mean']:.2f} %" for name, r in results.get("split", {}).items()]
-    return "; ".join([line, *split])
+    return "; ".join([line, *forgetting, *split])
 
 
 def _split_acc(res: dict[str, Any]) -> str:
@@ -308,23 +309,26 @@ def _split_acc(res: dict[str, Any]) -> str:
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Header and rows of ``compare``: one row per run (sequence layer or ``--vary`` value): few-shot
-    accuracy, the forgetting measure A|A→B and each split benchmark's ACC (± std over runs)."""
+    """Header and rows of ``compare`` (e.g. ACL vs no-ACL, ``--vary train.acl_loss=true,false``): one row
+    per run: few-shot accuracy, acc(A|A→B) for every ordered pair of meta-test domains (ACL paper §4.1
+    tables) and each split benchmark's ACC (± std over runs)."""
     first = next(iter(results.values()))
     fs = first["fewshot"]
-    header = ["run", "steps", "train min", f"{fs['n_way']}-way {fs['k_shot']}-shot (%)", "A after A→B (%)"]
+    orders = [r.order for r in forgetting_rows(first)]
+    header = ["run", "steps", "train min", f"{fs['n_way']}-way {fs['k_shot']}-shot (%)"]
+    header += [f"A after A→B, {order} (%)" for order in orders]
     header += [f"{name} ACC (%)" for name in first.get("split", {})]
     rows = []
     for name, res in results.items():
-        run, f, table = res["run"], res["fewshot"], res["forgetting"]["table"]
-        a = table["A|A->B"]
+        run, f = res["run"], res["fewshot"]
+        after = {r.order: r.first_after for r in forgetting_rows(res)}
         rows.append(
             [
                 name,
                 run["steps"],
                 f"{run['train_minutes']:.1f}",
                 f"{100 * f['accuracy']:.2f} ± {100 * f['ci95']:.2f}",
-                f"{100 * a['mean']:.2f} ± {100 * a['ci95']:.2f}",
+                *(f"{100 * after[o]['mean']:.2f} ± {100 * after[o]['ci95']:.2f}" for o in orders),
                 *(_split_acc(res["split"][k]) for k in first.get("split", {})),
             ]
         )
@@ -332,22 +336,27 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
-    """``run_root/comparison.png``: per run, the forgetting-table accuracies A|A, B|A→B and A|A→B
-    (± 95% CI)."""
-    terms = (("A|A", "A after A"), ("B|A->B", "B after A→B"), ("A|A->B", "A after A→B"))
-    values = {
-        name: {
-            label: (100 * res["forgetting"]["table"][k]["mean"], 100 * res["forgetting"]["table"][k]["ci95"])
-            for k, label in terms
-        }
-        for name, res in results.items()
-    }
+    """``run_root/comparison.png``: per run and ordered domain pair, acc(A|A), acc(B|A→B) and
+    acc(A|A→B) (± 95% CI)."""
+    values = {}
+    for name, res in results.items():
+        rows = forgetting_rows(res)
+        for r in rows:
+            label = name if len(rows) == 1 else f"{name}\n{r.order}"
+            values[label] = {
+                series: (100 * e["mean"], 100 * e["ci95"])
+                for series, e in (
+                    ("A after A", r.first),
+                    ("B after A→B", r.second),
+                    ("A after A→B", r.first_after),
+                )
+            }
     fs = next(iter(results.values()))["fewshot"]
     plot_bars(
         values,
         Path(run_root) / "comparison.png",
         ylabel="accuracy (%)",
-        title=f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot, two tasks",
+        title=f"in-context forgetting: {fs['n_way']}-way {fs['k_shot']}-shot, two tasks",
     )
 
 

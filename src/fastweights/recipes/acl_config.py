@@ -145,6 +145,15 @@ class ACLConfig:
                 "eval.split_benchmarks: 'emoji' (Split-Emoji, RGB) needs an RGB model (data.channels: 3), "
                 f"got data.channels={self.data.channels}"
             )
+        e = self.eval
+        if ("emoji" in e.split_benchmarks or e.long_span_tasks) and (
+            e.split_k_shot + e.split_query_per_class > self.data.examples_per_class
+        ):
+            raise ValueError(
+                "eval.split_query_per_class: Split-Emoji / long-span tasks need eval.split_k_shot + "
+                f"eval.split_query_per_class <= data.examples_per_class={self.data.examples_per_class}, "
+                f"got {e.split_k_shot} + {e.split_query_per_class}"
+            )
         if "mnist" in self.eval.split_benchmarks and not self.data.mnist_dir:
             raise ValueError(
                 "data.mnist_dir: expected the folder holding the MNIST IDX files for eval.split_benchmarks "
