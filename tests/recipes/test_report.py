@@ -1,70 +1,19 @@
+"""The ACL run's report (``report.md`` + ``plots/``) and the report pieces every recipe uses."""
+
+import copy
 import json
 
 import pytest
-from PIL import Image
 
 from fastweights.io import JsonlLogger
 from fastweights.recipes.report import (
-    plot_accuracy_matrix,
-    plot_forgetting,
-    plot_learning_curves,
+    command_markdown,
+    md_table,
+    run_header,
+    save_evaluation,
     write_report,
 )
-
-
-def _results():
-    table = {
-        "A|A": {"mean": 0.6, "ci95": 0.01},
-        "B|A->B": {"mean": 0.55, "ci95": 0.012},
-        "A|A->B": {"mean": 0.4, "ci95": 0.015},
-        "B|B": {"mean": 0.58, "ci95": 0.01},
-        "A|B->A": {"mean": 0.61, "ci95": 0.011},
-        "B|B->A": {"mean": 0.5, "ci95": 0.013},
-    }
-    split = {
-        "R": [[0.99, None, None], [0.9, 0.95, None], [0.8, 0.85, 0.97]],
-        "R_std": [[0.01, None, None], [0.02, 0.01, None], [0.03, 0.02, 0.01]],
-        "ACC": {"mean": 0.8733, "std": 0.021},
-        "BWT": {"mean": -0.145, "std": 0.03},
-        "forgetting": {"mean": 0.145, "std": 0.03},
-        "learning_accuracy": {"mean": 0.97, "std": 0.01},
-        "runs": 5,
-        "k_shot": 5,
-        "task_names": ["0/1", "2/3", "4/5"],
-        "chance": 0.5,
-    }
-    return {
-        "run": {
-            "preset": "quick",
-            "run_dir": "runs/q",
-            "steps": 1234,
-            "train_minutes": 12.34,
-            "command": "fastweights acl train --preset quick",
-        },
-        "fewshot": {
-            "dataset": "FontGlyphs/test",
-            "n_way": 5,
-            "k_shot": 5,
-            "episodes": 1000,
-            "accuracy": 0.61,
-            "ci95": 0.012,
-        },
-        "forgetting": {
-            "n_way": 5,
-            "k_shot": 5,
-            "episodes": 1000,
-            "table": table,
-            "task_a": "FontGlyphs/test",
-            "task_b": "FontGlyphs/test",
-        },
-        "split": {"Split-Digits/domain": split},
-    }
-
-
-def _is_png(path):
-    with Image.open(path) as im:
-        assert im.format == "PNG"
-        assert im.size[0] > 50 and im.size[1] > 50
+from tests.recipes.acl_results import assert_png, paper_results, single_pair_results, summary
 
 
 def test_full_report(tmp_path):
@@ -73,12 +22,12 @@ def test_full_report(tmp_path):
         for i in range(4):
             log.log(step=i, minutes=0.5 * i, val_acc=0.2 + 0.1 * i)
     # round-trip through JSON as the recipe does
-    out = write_report(json.loads(json.dumps(_results())), tmp_path)
+    out = write_report(json.loads(json.dumps(single_pair_results())), tmp_path)
     assert out == tmp_path / "report.md"
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert plots == ["accuracy_matrix_split-digits_domain.png", "forgetting.png", "learning_curve.png"]
     for name in plots:
-        _is_png(tmp_path / "plots" / name)
+        assert_png(tmp_path / "plots" / name)
     md = out.read_text(encoding="utf-8")
     assert "# ACL run report (quick)" in md
     assert "fastweights acl train --preset quick" in md
@@ -103,7 +52,7 @@ def test_full_report(tmp_path):
 
 
 def test_missing_sections_are_skipped(tmp_path):
-    res = _results()
+    res = single_pair_results()
     del res["forgetting"], res["split"]
     out = write_report(res, tmp_path)
     md = out.read_text(encoding="utf-8")
@@ -114,7 +63,7 @@ def test_missing_sections_are_skipped(tmp_path):
     out = write_report({}, tmp_path / "empty")
     assert "No results." in out.read_text(encoding="utf-8")
 
-    only_split = {"split": _results()["split"]}
+    only_split = {"split": single_pair_results()["split"]}
     write_report(only_split, tmp_path / "split")
     assert [p.name for p in (tmp_path / "split" / "plots").iterdir()] == [
         "accuracy_matrix_split-digits_domain.png"
@@ -128,20 +77,154 @@ def test_report_rejects_bad_input(tmp_path):
         write_report({"split": {"x": {"ACC": {"mean": 1.0}}}}, tmp_path)
 
 
-def test_plot_functions(tmp_path):
-    p = plot_accuracy_matrix([[0.5, float("nan")], [0.4, 0.9]], ["a", "b"], tmp_path / "m.png", "t")
-    _is_png(p)
-    with pytest.raises(ValueError, match="task_names: expected 2"):
-        plot_accuracy_matrix([[0.5, 0.1], [0.4, 0.9]], ["a"], tmp_path / "x.png", "t")
-    with pytest.raises(ValueError, match="square"):
-        plot_accuracy_matrix([[0.5, 0.1]], None, tmp_path / "x.png", "t")
+def test_full_report_paper_layouts(tmp_path):
+    out = write_report(json.loads(json.dumps(paper_results())), tmp_path)
+    md = out.read_text(encoding="utf-8")
+    assert "| training stage | 5-task meta-finetuning (domain) |" in md
+    assert "| meta-training domains | FontGlyphs, EmojiImages |" in md
+    assert "| FontGlyphs → EmojiImages | 91.00 ± 1.00 | 71.00 ± 1.00 | 80.00 ± 1.00 | 11.00 |" in md
+    assert md.count("| FontGlyphs → FontGlyphs |") == 1
+    assert "FontGlyphs → FontGlyphs | 90.00" in md and "EmojiImages → FontGlyphs | 69.00" in md
+    assert "| order | evaluated on |" not in md  # the single-pair layout is not shown beside the pairs
+    assert (
+        "| benchmark | 5-task domain-incremental | 2-task class-incremental | 5-task class-incremental |"
+        in md
+    )
+    assert "| Split-MNIST | 84.50 ± 1.10 | — | 84.30 ± 2.00 |" in md
+    assert md.index("| Split-MNIST | 84.50") < md.index("### Split-Digits/domain")  # the paper table first
+    assert "### Split-MNIST/class" in md and "### Split-Digits/class-2task" in md
+    assert "## Long task sequences" in md and "| 20 | 70.00 ± 1.50 | -5.00 ± 1.00 | 67.6 ± 1.1 |" in md
+    assert "**a different data set**" in md
+    plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert plots == [
+        "accuracy_matrix_split-digits_class-2task.png",
+        "accuracy_matrix_split-digits_domain.png",
+        "accuracy_matrix_split-mnist_class.png",
+        "accuracy_matrix_split-mnist_domain.png",
+        "forgetting.png",
+        "long_span.png",
+    ]
+    for name in plots:
+        assert_png(tmp_path / "plots" / name)
+        assert f"(plots/{name})" in md
+    assert not list(tmp_path.rglob("*.tmp"))
 
-    _is_png(plot_forgetting({"A|A": {"mean": 0.6, "ci95": 0.01}}, tmp_path / "f.png", "f", chance=0.2))
-    with pytest.raises(ValueError, match="table: expected some of the keys"):
-        plot_forgetting({"X": {"mean": 0.1}}, tmp_path / "x.png", "f")
 
-    curves = {"srwm": [(0.0, 0.2), (1.0, 0.5)], "deltanet": [(0.0, 0.2), (2.0, 0.4)]}
-    _is_png(plot_learning_curves(curves, tmp_path / "c.png", chance=0.2))
-    with pytest.raises(ValueError, match="at least one variant"):
-        plot_learning_curves({"a": []}, tmp_path / "x.png")
-    assert not (tmp_path / "x.png").exists()
+def _broken(path, value):
+    """paper_results() with the item at ``path`` (keys/indices) replaced by ``value`` (``...`` = deleted)."""
+    res = copy.deepcopy(paper_results())
+    node = res
+    for k in path[:-1]:
+        node = node[k]
+    if value is ...:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return res
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("forgetting", "pairs"), [], r"results\['forgetting'\]\['pairs'\]: expected a non-empty list"),
+        (
+            ("forgetting", "pairs", 1, "task_a"),
+            ...,
+            r"\['pairs'\]\[1\]: expected a dict with string keys 'task_a'",
+        ),
+        (
+            ("forgetting", "pairs", 2, "table", "B|B"),
+            ...,
+            r"\['pairs'\]\[2\]\['table'\]: expected keys \['B\|B'",
+        ),
+        (
+            ("forgetting", "pairs", 0, "table", "A|A"),
+            {"ci95": 0.1},
+            r"\['table'\]\['A\|A'\]: expected a dict with key 'mean'",
+        ),
+        (("forgetting", "pairs", 0, "table"), None, r"\['pairs'\]\[0\]\['table'\]: expected a dict"),
+        (("forgetting",), [1], r"results\['forgetting'\]: expected a dict"),
+        (
+            ("split", "Split-MNIST/online"),
+            summary(5, 0.5),
+            r"\['Split-MNIST/online'\]: expected the scenario",
+        ),
+        (("split", "Split-MNIST/domain", "ACC"), ..., r"\['Split-MNIST/domain'\]\['ACC'\]: expected a dict"),
+        (
+            ("split", "Split-MNIST/domain", "num_tasks"),
+            4,
+            r"\['num_tasks'\]: expected 5 \(the size of R\), given 4",
+        ),
+        (
+            ("split", "Split-Digits/class-2task"),
+            summary(5, 0.5),
+            r"2 tasks for the scenario 'class-2task', given 5",
+        ),
+        (
+            ("split", "Split-Digits/class"),
+            summary(2, 0.5),
+            r"\['Split-Digits/class'\]: the same cell as 'Split-Digits/class-2task'",
+        ),
+        (("long_span", "tasks"), {}, r"results\['long_span'\]\['tasks'\]: expected a non-empty dict"),
+        (
+            ("long_span", "tasks", "many"),
+            summary(5, 0.5),
+            r"expected positive task counts as keys, given 'many'",
+        ),
+        (
+            ("long_span", "tasks", "5", "ACC"),
+            ...,
+            r"\['tasks'\]\['5'\]\['ACC'\]: expected a dict with key 'mean'",
+        ),
+        (
+            ("long_span", "tasks", "10"),
+            summary(5, 0.5),
+            r"\['tasks'\]\['10'\]\['R'\]: expected a 10×10 matrix",
+        ),
+        (("run", "sources"), "FontGlyphs", r"results\['run'\]\['sources'\]: expected a list"),
+    ],
+)
+def test_bad_pieces_give_one_line_errors_naming_the_key(tmp_path, path, value, message):
+    with pytest.raises(ValueError, match=message) as err:
+        write_report(_broken(path, value), tmp_path)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_md_table_escapes_cells():
+    assert md_table(["a|b", "c"], [[1, "x\ny"], [0.5, None]]) == [
+        "| a\\|b | c |",
+        "|---|---|",
+        "| 1 | x y |",
+        "| 0.5 | None |",
+    ]
+
+
+def test_run_header_and_command_markdown():
+    assert command_markdown(" fastweights lm train \n") == "`fastweights lm train`"
+    assert command_markdown("fastweights lm train\nfastweights lm train --resume") == (
+        "\n\n```\nfastweights lm train\nfastweights lm train --resume\n```\n"
+    )
+    run = {"steps": 40, "trained_steps": 50, "command": "fastweights lm train", "checkpoint": "best"}
+    assert run_header({**run, "train_minutes": 1.26, "eval_minutes": 0.5}, "; 3 runs") == [
+        "- trained: 50 steps: `fastweights lm train`",
+        "- evaluated: the best checkpoint (step 40, 1.3 min of training), in 0.50 min; 3 runs",
+    ]
+    del run["trained_steps"]
+    assert run_header({**run, "train_minutes": 2.0})[0] == "- trained: 40 steps: `fastweights lm train`"
+
+
+def test_save_evaluation_writes_results_and_copies_the_log(tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "eval" / "x"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    calls = []
+    results = {"accuracy": 0.5}
+    assert save_evaluation(results, run_dir, out, lambda r, d: calls.append((r, d))) is results
+    assert calls == [(results, out)]
+    assert json.loads((out / "results.json").read_text()) == results
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    # default out_dir: the run folder itself (its log is not copied onto itself)
+    save_evaluation({"accuracy": 0.7}, run_dir, None, lambda r, d: calls.append((r, d)))
+    assert calls[-1] == ({"accuracy": 0.7}, run_dir)
+    assert json.loads((run_dir / "results.json").read_text()) == {"accuracy": 0.7}

@@ -45,7 +45,9 @@ from fastweights.recipes.common import (
     train_verb,
 )
 from fastweights.recipes.contract import RECIPE_MEMBERS
-from fastweights.recipes.report import forgetting_rows, plot_bars, plot_learning_curves, write_report
+from fastweights.recipes.paper_tables import forgetting_rows
+from fastweights.recipes.plots import plot_bars, plot_learning_curves
+from fastweights.recipes.report import write_report
 from fastweights.train.checkpoint import CheckpointManager, read_checkpoint
 from fastweights.train.run_folder import output_folder
 

@@ -32,7 +32,8 @@ from fastweights.recipes.common import (
 )
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot_config import FewShotConfig
-from fastweights.recipes.report import plot_bars, plot_learning_curves, run_header
+from fastweights.recipes.plots import plot_bars, plot_learning_curves
+from fastweights.recipes.report import run_header
 
 __all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 

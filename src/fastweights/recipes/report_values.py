@@ -1,0 +1,75 @@
+"""Values of a results dict as the reports read and show them: fractions as percent strings
+(``0.61 → '61.00'``, ``'61.00 ± 1.20'``), ``{"mean", ...}`` table entries, accuracy matrices ``R[i, j]``
+(accuracy on task ``j`` after learning tasks ``0..i``, Irie et al. 2025, §4) and their task labels.
+A malformed value raises a one-line ValueError naming its key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["as_float", "as_matrix", "mean_entry", "pct", "pm", "task_labels"]
+
+
+def as_float(x: Any) -> float:
+    """None → NaN; numbers → float."""
+    return math.nan if x is None else float(x)
+
+
+def pct(x: Any, digits: int = 2) -> str:
+    """Fraction → percent string (``0.61 → '61.00'``); None/NaN → '—'."""
+    v = as_float(x)
+    return "—" if not math.isfinite(v) else f"{100.0 * v:.{digits}f}"
+
+
+def pm(mean: Any, spread: Any, digits: int = 2) -> str:
+    """``'61.00 ± 1.20'`` from fractions; the spread is omitted when missing."""
+    if spread is None or not math.isfinite(as_float(spread)):
+        return pct(mean, digits)
+    return f"{pct(mean, digits)} ± {pct(spread, digits)}"
+
+
+def mean_entry(entry: Any, where: str) -> Mapping[str, Any]:
+    """``entry`` if it is a ``{"mean", ...}`` entry of a results table.
+
+    Raises:
+        ValueError: naming ``where``, if ``entry`` is not a dict with key ``"mean"``.
+    """
+    if not isinstance(entry, Mapping) or "mean" not in entry:
+        given = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
+        raise ValueError(f"{where}: expected a dict with key 'mean', given {given}")
+    return entry
+
+
+def as_matrix(R: Any, name: str = "R") -> np.ndarray:
+    """An accuracy matrix ``R`` (nested lists or array, None = not measured) as a float64 array
+    ``[T, T]`` (None → NaN).
+
+    Raises:
+        ValueError: naming ``name``, if ``R`` is not a non-empty square matrix of numbers/None.
+    """
+    try:
+        arr = np.array(R, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: expected a square matrix of numbers/None, given {R!r:.80}") from e
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
+        raise ValueError(f"{name}: expected a non-empty square 2-D matrix [T, T], given shape {arr.shape}")
+    return arr
+
+
+def task_labels(task_names: Sequence[str] | None, T: int) -> list[str]:
+    """The ``T`` task labels of an accuracy matrix: ``task_names`` as strings, ``None`` → ``"1".."T"``.
+
+    Raises:
+        ValueError: if ``task_names`` does not have ``T`` names.
+    """
+    if task_names is None:
+        return [str(j + 1) for j in range(T)]
+    names = [str(n) for n in task_names]
+    if len(names) != T:
+        raise ValueError(f"task_names: expected {T} names (one per task of R), given {len(names)}")
+    return names
