@@ -56,10 +56,7 @@ from fastweights.recipes.report_values import as_float, as_matrix, pct, pm, task
 __all__ = ["command_markdown", "md_table", "run_header", "save_evaluation", "write_report"]
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9._-]+", "_", name.lower()).strip("_") or "unnamed"
-
-
+# ------------------------------------------------------------------------------------- every recipe
 def _md_cell(x: Any) -> str:
     """Escape a value for a markdown table cell."""
     return str(x).replace("|", "\\|").replace("\n", " ")
@@ -108,6 +105,12 @@ def save_evaluation(
     atomic_write_json(out / "results.json", results)
     write(results, out)
     return results
+
+
+# --------------------------------------------------------------------------------------- ACL report
+def _slug(name: str) -> str:
+    """A file-name slug of a split entry name (``"Split-MNIST/domain"`` → ``"split-mnist_domain"``)."""
+    return re.sub(r"[^a-z0-9._-]+", "_", name.lower()).strip("_") or "unnamed"
 
 
 def _learning_curves_from_log(log: Path) -> dict[str, list[tuple[float, float]]]:
