@@ -9,13 +9,16 @@ $(VENV)/.installed: requirements.txt pyproject.toml scripts/setup.sh
 
 setup: $(VENV)/.installed
 
-PRETRAINED ?= pretrained/acl-standard
+# The shipped models evaluated by `make demo` (each in runs/<name>-pretrained/): the single-domain 2-task
+# model and the two 5-task meta-finetuned ones (domain- and class-incremental).
+PRETRAINED ?= acl-standard acl-5task-domain acl-5task-class
 
-# First evaluates the shipped `standard` checkpoint (< 1 min), then meta-trains the `quick` preset.
+# First evaluates the shipped checkpoints, then meta-trains and evaluates the cross-domain `quick` preset.
 demo: setup
-	@if [ -f $(PRETRAINED)/checkpoints/best.pt ]; then \
-	  $(VENV)/bin/fastweights acl eval $(PRETRAINED) --out runs/acl-standard-pretrained && \
-	  echo "Shipped standard model: runs/acl-standard-pretrained/report.md"; fi
+	@for name in $(PRETRAINED); do \
+	  if [ -f pretrained/$$name/checkpoints/best.pt ]; then \
+	    $(VENV)/bin/fastweights acl eval pretrained/$$name --out runs/$$name-pretrained || exit 1; \
+	    echo "Shipped $$name model: runs/$$name-pretrained/report.md"; fi; done
 	$(VENV)/bin/fastweights acl train --preset quick --run-dir $(RUN_DIR) --resume --eval
 	@echo "Quick run: $(RUN_DIR)/report.md"
 

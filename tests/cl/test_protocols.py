@@ -179,4 +179,3 @@ def test_task_sequence_refuses_bad_arguments():
         _sequence(model, n_query=0)
     with pytest.raises(ValueError, match="order"):
         _sequence(model, order=[0, 2])
-

@@ -149,25 +149,49 @@ def test_curves_plot_several_runs(tmp_path):
     assert main(["acl", "curves", str(tmp_path / "a"), "--out", str(out), "--labels", "x,y"]) == 2
 
 
+SHIPPED = Path(__file__).resolve().parents[2] / "pretrained"
+SMALL_DATA = [
+    "data.max_scripts=10",
+    "data.max_classes_per_script=10",
+    "data.examples_per_class=8",
+    "eval.episodes=20",
+    "eval.split_runs=1",
+    "eval.split_benchmarks=[digits]",
+    "eval.long_span_tasks=[]",
+    "device=cpu",
+]
+
+
+def _shipped(name: str) -> Path:
+    folder = SHIPPED / name
+    if not (folder / "checkpoints" / "best.pt").exists():
+        pytest.skip(f"no shipped checkpoint {name} in this checkout")
+    return folder
+
+
 def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path):
     """The checkpoint in pretrained/ must stay loadable by the current model code (small data/eval)."""
-    shipped = Path(__file__).resolve().parents[2] / "pretrained" / "acl-standard"
-    if not (shipped / "checkpoints" / "best.pt").exists():
-        pytest.skip("no shipped checkpoint in this checkout")
-    overrides = [
-        f"data.cache_dir={tmp_path / 'cache'}",
-        "data.max_scripts=10",
-        "data.max_classes_per_script=10",
-        "data.examples_per_class=8",
-        "eval.episodes=20",
-        "eval.split_runs=1",
-        "eval.split_benchmarks=[digits]",
-        "device=cpu",
-    ]
-    results = acl.evaluate(shipped, overrides=overrides, out_dir=tmp_path / "out")
+    overrides = [f"data.cache_dir={tmp_path / 'cache'}", *SMALL_DATA]
+    results = acl.evaluate(_shipped("acl-standard"), overrides=overrides, out_dir=tmp_path / "out")
     assert results["run"]["preset"] == "standard" and results["run"]["steps"] > 1000
     # a trained model: far above chance (20%) on held-out 5-way 5-shot glyph tasks
     assert results["fewshot"]["accuracy"] > 0.6
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "floor"),
+    [
+        ("acl-cross", "Split-Digits/domain", 0.6),  # 2-task cross-domain model; chance 50%
+        ("acl-5task-domain", "Split-Digits/domain", 0.7),  # chance 50%
+        ("acl-5task-class", "Split-Digits/class", 0.3),  # 5-task class-incremental; chance 10%
+    ],
+)
+def test_shipped_cross_domain_checkpoints_load_and_evaluate(tmp_path, name, key, floor):
+    """The shipped cross-domain models load and are far above chance on Split-Digits (1 demo draw)."""
+    overrides = [f"data.cache_dir={tmp_path / 'cache'}", *SMALL_DATA, "eval.scenarios=[domain,class]"]
+    results = acl.evaluate(_shipped(name), overrides=overrides, out_dir=tmp_path / "out")
+    assert results["run"]["sources"] == ["FontGlyphs", "EmojiImages"]
+    assert results["split"][key]["ACC"]["mean"] > floor
 
 
 CROSS = ["data.sources=[fontglyphs,emoji]", "data.channels=3"]

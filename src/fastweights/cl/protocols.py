@@ -16,15 +16,17 @@ All queries are independent reads from the state after the demonstrations (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from fastweights.cl.metrics import mean_ci95
-from fastweights.cl.objective import sequence_query_logits
+from fastweights.cl.objective import TaskTensors, sequence_query_logits
 from fastweights.cl.tasks import sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
+from fastweights.data.streams import SCENARIOS  # domain- / class-incremental (re-exported)
 from fastweights.models.in_context import InContextClassifier
 
 __all__ = [
@@ -35,7 +37,6 @@ __all__ = [
     "SCENARIOS",
 ]
 
-SCENARIOS = ("domain", "class")  # split-benchmark scenarios: domain- / class-incremental
 
 FORGETTING_KEYS = ("A|A", "B|A->B", "A|A->B", "B|B", "A|B->A", "B|B->A")
 
@@ -48,6 +49,34 @@ def _check_counts(episodes: int, batch_size: int) -> None:
 def _accuracy(logits: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
     """Per-sequence fraction of queries whose argmax over all outputs is the target: float64 ``[B]``."""
     return (logits.argmax(-1) == targets).float().mean(dim=1).cpu().numpy().astype(np.float64)
+
+
+def _sequence_batches(
+    model: InContextClassifier,
+    samplers: Sequence[EpisodeSampler],
+    order: Sequence[int],
+    *,
+    episodes: int,
+    batch_size: int,
+    seed: int,
+    progress: Callable[[int], None] | None,
+    **sampling: Any,
+) -> Iterator[tuple[int, list[TaskTensors]]]:
+    """``(first episode index, tasks)`` per batch of ``episodes`` sequences drawn with
+    :func:`~fastweights.cl.tasks.sample_task_sequences` from ``np.random.default_rng(seed)``, the model
+    in eval mode meanwhile (its mode restored afterwards); ``progress(b)`` after each batch."""
+    _check_counts(episodes, batch_size)
+    was_training = model.training
+    model.eval()
+    rng = np.random.default_rng(seed)
+    try:
+        for done in range(0, episodes, batch_size):
+            b = min(batch_size, episodes - done)
+            yield done, sample_task_sequences(model, samplers, order, rng, batch_size=b, **sampling)
+            if progress is not None:
+                progress(b)
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -85,28 +114,24 @@ def evaluate_task_pairs(
         ValueError: if ``episodes`` or ``batch_size`` is below 1, or from the sampling (a pool too
             small for two tasks, a label space too small or larger than the model's outputs).
     """
-    _check_counts(episodes, batch_size)
-    was_training = model.training
-    model.eval()
-    rng = np.random.default_rng(seed)
     samplers = [sampler] if sampler_b is None else [sampler, sampler_b]
     order = [0, 0] if sampler_b is None else [0, 1]
     out: dict[str, list[np.ndarray]] = {k: [] for k in FORGETTING_KEYS[: 6 if reverse else 3]}
-    done = 0
-    while done < episodes:
-        b = min(batch_size, episodes - done)
-        a, bb = sample_task_sequences(
-            model,
-            samplers,
-            order,
-            rng,
-            batch_size=b,
-            n_way=n_way,
-            k_shot=k_shot,
-            n_query=n_query,
-            label_space=label_space,
-            device=device,
-        )
+    batches = _sequence_batches(
+        model,
+        samplers,
+        order,
+        episodes=episodes,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+        n_way=n_way,
+        k_shot=k_shot,
+        n_query=n_query,
+        label_space=label_space,
+        device=device,
+    )
+    for _, (a, bb) in batches:
         orders = [((a, bb), ("A|A", "B|A->B", "A|A->B"))]
         if reverse:
             orders.append(((bb, a), ("B|B", "A|B->A", "B|B->A")))
@@ -114,10 +139,6 @@ def evaluate_task_pairs(
             logits, _ = sequence_query_logits(model, list(tasks), backward=True)
             for key, (i, j) in ((k00, (0, 0)), (k11, (1, 1)), (k10, (1, 0))):
                 out[key].append(_accuracy(logits[(i, j)], tasks[j].query_labels))
-        done += b
-        if progress is not None:
-            progress(b)
-    model.train(was_training)
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
@@ -161,34 +182,27 @@ def evaluate_task_sequence(
     _check_counts(episodes, batch_size)
     if n_query < 1:
         raise ValueError(f"n_query: expected >= 1 query per class, got {n_query}")
-    was_training = model.training
-    model.eval()
-    rng = np.random.default_rng(seed)
     num = len(order)
     R = np.full((episodes, num, num), np.nan)
-    done = 0
-    while done < episodes:
-        b = min(batch_size, episodes - done)
-        tasks = sample_task_sequences(
-            model,
-            samplers,
-            order,
-            rng,
-            batch_size=b,
-            n_way=n_way,
-            k_shot=k_shot,
-            n_query=n_query,
-            label_space=label_space,
-            scenario=scenario,
-            device=device,
-        )
+    batches = _sequence_batches(
+        model,
+        samplers,
+        order,
+        episodes=episodes,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+        n_way=n_way,
+        k_shot=k_shot,
+        n_query=n_query,
+        label_space=label_space,
+        scenario=scenario,
+        device=device,
+    )
+    for done, tasks in batches:
         logits, _ = sequence_query_logits(model, tasks, backward=True)
         for (i, j), lg in logits.items():
-            R[done : done + b, i, j] = _accuracy(lg, tasks[j].query_labels)
-        done += b
-        if progress is not None:
-            progress(b)
-    model.train(was_training)
+            R[done : done + len(lg), i, j] = _accuracy(lg, tasks[j].query_labels)
     return R
 
 
