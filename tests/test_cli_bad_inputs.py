@@ -212,7 +212,45 @@ CASES = [
     Case(
         "acl-init_from-other-d_model",
         [*ACL_NEW, "train.init_from={root}/run/checkpoints/best.pt", "model.d_model=64"],
-        r"train\.init_from.*best\.pt.*(d_model|shape|size)",
+        r"train\.init_from.*best\.pt.*input_proj\.weight.*\[64, 38\].*\[32, 38\]",
+    ),
+    Case(
+        "acl-init_from-run-folder",
+        [*ACL_NEW, "train.init_from={root}/run"],
+        r"train\.init_from.*run",
+    ),
+    Case(
+        "acl-init_from-lm-checkpoint",
+        [*ACL_NEW, "train.init_from={root}/lmrun/checkpoints/best.pt"],
+        r"train\.init_from.*lmrun/checkpoints/best\.pt.*unexpected \['model\.embed_tokens\.weight'",
+    ),
+    Case(
+        "acl-init_from-other-layer",
+        [*ACL_NEW, "train.init_from={root}/run/checkpoints/best.pt", "model.sequence_layer=deltanet"],
+        r"train\.init_from.*best\.pt.*missing \['seq_layers\.0\.slow_net\.weight'",
+    ),
+    Case(
+        "acl-init_from-other-num_layers",
+        [*ACL_NEW, "train.init_from={root}/run/checkpoints/best.pt", "model.num_layers=3"],
+        r"train\.init_from.*best\.pt.*missing \['seq_layers\.2\.weight'",
+    ),
+    Case("acl-sources-needs-root", [*ACL_NEW, "data.sources=[fontglyphs,omniglot]"], r"data\.root.*omniglot"),
+    Case(
+        "acl-sources-split-dataset-needs-root",
+        [*ACL_NEW, "data.sources=[fontglyphs,mnist]"],
+        r"data\.root.*'mnist'",
+    ),
+    Case(
+        "eval-long_span-too-many-tasks",
+        [
+            "acl",
+            "eval",
+            "{root}/run",
+            "eval.long_span_tasks=[500]",
+            "eval.split_query_per_class=2",
+            "eval.split_benchmarks=[]",
+        ],
+        r"eval\.long_span_tasks: 500 tasks: .*20 classes of pool .FontGlyphs/test",
     ),
     Case(
         "acl-init_from-not-a-checkpoint-dict",
@@ -443,6 +481,7 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(
     (root / "cache").symlink_to(base / "cache")
     if case.setup is not None:
         case.setup(root)
+    monkeypatch.delenv("FASTWEIGHTS_DATA", raising=False)  # the "no root folder" cases
     for target, value in case.patch.items():
         monkeypatch.setattr(target, value)
     before = _snapshot(root)

@@ -11,6 +11,7 @@ from fastweights.data.registry import (
     PoolConfig,
     check_channels,
     load_class_pools,
+    load_pools_for,
     load_split_dataset,
 )
 from tests.data.formats import split_tree, write_cifar10, write_mini_imagenet_pkl, write_omniglot_pngs
@@ -82,3 +83,12 @@ def test_channels_must_fit_the_sources():
             PoolConfig(source=source, channels=1)
         assert PoolConfig(source=source, channels=3).domains == [source]
     assert PoolConfig(source="fashion_mnist", channels=3).channels == 3
+
+
+@pytest.mark.parametrize("source", ["omniglot", "mnist", "cifar10"])
+def test_a_source_without_its_folder_names_the_section_key(source, monkeypatch):
+    monkeypatch.delenv("FASTWEIGHTS_DATA", raising=False)
+    with pytest.raises(
+        ValueError, match=rf"^domain_b\.root: expected the local folder holding the '{source}'"
+    ):
+        load_pools_for(PoolConfig(source=source, channels=3), "domain_b")

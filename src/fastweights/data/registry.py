@@ -96,7 +96,6 @@ _DATASETS: dict[str, tuple[int, bool, Callable[..., SplitDataset]]] = {
     "cifar10": (32, True, _sized(load_cifar10)),
 }
 CLASS_POOLS = tuple(_POOLS)
-_EMBEDDED_POOLS = tuple(name for name, (_, needs_root, _) in _POOLS.items() if not needs_root)
 SPLIT_DATASETS = tuple(_DATASETS)
 #: sources whose images are RGB (the others are grayscale, repeated to RGB on request)
 RGB_SOURCES = ("emoji", "mini_imagenet", "fc100", "cifar_fs", "cifar10")
@@ -228,6 +227,12 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
         ValueError: for an unknown source, a missing ``<key>.root``, or pools whose channels differ
             from ``p.channels``.
     """
+    needs_root = {**_POOLS, **_DATASETS}[p.source][1] if p.source in CLASS_POOLS + SPLIT_DATASETS else False
+    if p.root is None and needs_root and not os.environ.get("FASTWEIGHTS_DATA"):
+        raise ValueError(
+            f"{key}.root: expected the local folder holding the {p.source!r} files "
+            f"(or set $FASTWEIGHTS_DATA); none given"
+        )
     if p.source in CLASS_POOLS:
         options: dict[str, Any] = {}
         if p.source == "fontglyphs":
@@ -240,11 +245,6 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
             )
         elif p.source == "emoji":
             options = dict(examples_per_class=p.examples_per_class, seed=p.seed, cache_dir=p.cache_dir)
-        if p.root is None and p.source not in _EMBEDDED_POOLS and not os.environ.get("FASTWEIGHTS_DATA"):
-            raise ValueError(
-                f"{key}.root: expected the local folder holding the {p.source!r} files "
-                f"(or set $FASTWEIGHTS_DATA); none given"
-            )
         pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
     elif p.source in SPLIT_DATASETS:
         pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size))

@@ -187,17 +187,20 @@ def long_span_results(
     tasks = {}
     for n in e.long_span_tasks:
         log.info("evaluating long-span Split-%s with %d tasks", domain_name(pool), n)
-        tasks[str(n)] = evaluate_pool_split(
-            model,
-            pool,
-            num_tasks=n,
-            k_shot=e.split_k_shot,
-            runs=e.split_runs,
-            scenario="domain",
-            n_query_per_class=e.split_query_per_class,
-            seed=e.seed,
-            device=device,
-        )
+        try:
+            tasks[str(n)] = evaluate_pool_split(
+                model,
+                pool,
+                num_tasks=n,
+                k_shot=e.split_k_shot,
+                runs=e.split_runs,
+                scenario="domain",
+                n_query_per_class=e.split_query_per_class,
+                seed=e.seed,
+                device=device,
+            )
+        except ValueError as err:  # e.g. more tasks than the pool's classes allow
+            raise ValueError(f"eval.long_span_tasks: {n} tasks: {err}") from None
     return {
         "dataset": pool.name,
         "n_way": 2,
