@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ class Case:
     argv: list[str]
     match: str  # regex the error line must contain (after "fastweights: error: ")
     setup: Callable[[Path], None] | None = None
+    patch: dict[str, object] = field(default_factory=dict)  # "module.ATTR" -> value, set for the call
 
 
 def _write(rel: str, data: bytes) -> Callable[[Path], None]:
@@ -58,6 +59,23 @@ def _remove(rel: str) -> Callable[[Path], None]:
     def setup(root: Path) -> None:
         p = root / rel
         shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+    return setup
+
+
+def _mkdir(rel: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        (root / rel).mkdir(parents=True)
+
+    return setup
+
+
+def _replace(rel: str, old: str, new: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        p = root / rel
+        text = p.read_text()
+        assert old in text, f"{rel} has no {old!r}"
+        p.write_text(text.replace(old, new))
 
     return setup
 
@@ -133,6 +151,159 @@ CASES = [
         _write("bad.pt", b"not a checkpoint"),
     ),
     Case("acl-override-no-equals", [*ACL_NEW, "train.lr"], r"train\.lr|key=value"),
+    # --- ACL cross-domain / split / meta-finetuning keys (issue 11), checked before any data is built
+    Case("acl-sources-unknown", [*ACL_NEW, "data.sources=[fontglyphs,nope]"], r"data\.sources.*nope"),
+    Case("acl-sources-duplicate", [*ACL_NEW, "data.sources=[fontglyphs,fontglyphs]"], r"data\.sources"),
+    Case(
+        "acl-sources-string",
+        [*ACL_NEW, "data.sources=fontglyphs"],
+        r"data\.sources: expected a list, got 'fontglyphs'",
+    ),
+    Case(
+        "acl-sources-mapping",
+        [*ACL_NEW, "data.sources={{a: fontglyphs}}"],
+        r"data\.sources: expected a list, got a mapping",
+    ),
+    Case("acl-sources-number", [*ACL_NEW, "data.sources=3"], r"data\.sources: expected a list, got 3"),
+    Case("acl-sources-nested", [*ACL_NEW, "data.sources=[[fontglyphs]]"], r"data\.sources"),
+    Case(
+        "acl-channels-1-rgb-domain",
+        [*ACL_NEW, "data.sources=[fontglyphs,emoji]"],
+        r"data\.channels: expected 3.*emoji.*got 1",
+    ),
+    Case("acl-channels-1-rgb-source", [*ACL_NEW, "data.source=emoji"], r"data\.channels"),
+    Case("fewshot-channels-1-rgb-source", [*FS_NEW, "data.source=emoji"], r"data\.channels"),
+    Case("acl-train-scenario-unknown", [*ACL_NEW, "train.scenario=task"], r"train\.scenario"),
+    Case(
+        "acl-class-scenario-too-few-outputs",
+        [*ACL_NEW, "train.scenario=class", "train.num_tasks=5", "train.n_way=2"],
+        r"model\.num_classes.*train\.n_way \* train\.num_tasks|train\.n_way \* train\.num_tasks.*num_classes",
+    ),
+    Case("acl-long_span-0", [*ACL_NEW, "eval.long_span_tasks=[0]"], r"eval\.long_span_tasks"),
+    Case("acl-long_span-1", [*ACL_NEW, "eval.long_span_tasks=[5,1]"], r"eval\.long_span_tasks"),
+    Case("acl-long_span-text", [*ACL_NEW, "eval.long_span_tasks=[many]"], r"eval\.long_span_tasks"),
+    Case(
+        "acl-long_span-scalar",
+        [*ACL_NEW, "eval.long_span_tasks=5"],
+        r"eval\.long_span_tasks: expected a list",
+    ),
+    Case("acl-split_query-0", [*ACL_NEW, "eval.split_query_per_class=0"], r"eval\.split_query_per_class"),
+    Case(
+        "acl-split_query-long-span-too-many",
+        [*ACL_NEW, "eval.long_span_tasks=[5]", "eval.split_query_per_class=7"],
+        r"eval\.split_query_per_class.*data\.examples_per_class",
+    ),
+    Case(
+        "acl-split_query-emoji-too-many",
+        [*ACL_NEW, "data.channels=3", "eval.split_benchmarks=[emoji]", "eval.split_query_per_class=20"],
+        r"eval\.split_query_per_class.*data\.examples_per_class",
+    ),
+    Case("acl-mnist-without-dir", [*ACL_NEW, "eval.split_benchmarks=[mnist]"], r"data\.mnist_dir"),
+    Case(
+        "acl-emoji-benchmark-gray-model",
+        [*ACL_NEW, "eval.split_benchmarks=[digits,emoji]"],
+        r"eval\.split_benchmarks.*data\.channels",
+    ),
+    Case(
+        "acl-init_from-other-channels",
+        [*ACL_NEW, "train.init_from={root}/run/checkpoints/best.pt", "data.channels=3"],
+        r"train\.init_from.*best\.pt.*backbone.*\[8, 3, 3, 3\].*\[8, 1, 3, 3\]",
+    ),
+    Case(
+        "acl-init_from-other-d_model",
+        [*ACL_NEW, "train.init_from={root}/run/checkpoints/best.pt", "model.d_model=64"],
+        r"train\.init_from.*best\.pt.*input_proj\.weight.*\[64, 38\].*\[32, 38\]",
+    ),
+    Case(
+        "acl-init_from-run-folder",
+        [*ACL_NEW, "train.init_from={root}/run"],
+        r"train\.init_from.*run",
+    ),
+    Case(
+        "acl-init_from-lm-checkpoint",
+        [*ACL_NEW, "train.init_from={root}/lmrun/checkpoints/best.pt"],
+        r"train\.init_from.*lmrun/checkpoints/best\.pt.*unexpected \['model\.embed_tokens\.weight'",
+    ),
+    Case(
+        "acl-init_from-other-layer",
+        [*ACL_NEW, "train.init_from={root}/run/checkpoints/best.pt", "model.sequence_layer=deltanet"],
+        r"train\.init_from.*best\.pt.*missing \['seq_layers\.0\.slow_net\.weight'",
+    ),
+    Case(
+        "acl-init_from-other-num_layers",
+        [*ACL_NEW, "train.init_from={root}/run/checkpoints/best.pt", "model.num_layers=3"],
+        r"train\.init_from.*best\.pt.*missing \['seq_layers\.2\.weight'",
+    ),
+    Case("acl-sources-needs-root", [*ACL_NEW, "data.sources=[fontglyphs,omniglot]"], r"data\.root.*omniglot"),
+    Case(
+        "acl-sources-split-dataset-needs-root",
+        [*ACL_NEW, "data.sources=[fontglyphs,mnist]"],
+        r"data\.root.*'mnist'",
+    ),
+    Case(
+        "eval-long_span-too-many-tasks",
+        [
+            "acl",
+            "eval",
+            "{root}/run",
+            "eval.long_span_tasks=[500]",
+            "eval.split_query_per_class=2",
+            "eval.split_benchmarks=[]",
+        ],
+        r"eval\.long_span_tasks: 500 tasks: .*20 classes of pool .FontGlyphs/test",
+    ),
+    Case(
+        "acl-init_from-not-a-checkpoint-dict",
+        [*ACL_NEW, "train.init_from={root}/t.pt"],
+        r"train\.init_from.*t\.pt",
+        lambda root: torch.save([1, 2, 3], root / "t.pt"),
+    ),
+    Case(
+        "acl-emoji-font-missing",
+        [*ACL_NEW, "data.sources=[fontglyphs,emoji]", "data.channels=3"],
+        r"NotoColorEmoji\.ttf.*Debian package fonts-noto-color-emoji",
+        patch={"fastweights.data.sources.emoji.EMOJI_FONT": Path("/nonexistent/NotoColorEmoji.ttf")},
+    ),
+    Case(
+        "acl-emoji-test-missing",
+        [*ACL_NEW, "data.source=emoji", "data.channels=3"],
+        r"emoji-test\.txt.*Debian package unicode-data",
+        patch={"fastweights.data.sources.emoji.EMOJI_TEST": Path("/nonexistent/emoji-test.txt")},
+    ),
+    Case(
+        "eval-mnist-dir-empty",
+        ["acl", "eval", "{root}/run", "eval.split_benchmarks=[mnist]", "data.mnist_dir={root}/mnist"],
+        r"data\.mnist_dir: MNIST: expected the IDX files train-images-idx3-ubyte.*mnist/raw.*found none",
+        _mkdir("mnist"),
+    ),
+    Case(
+        "eval-mnist-dir-missing",
+        ["acl", "eval", "{root}/run", "eval.split_benchmarks=[mnist]", "data.mnist_dir={root}/none"],
+        r"data\.mnist_dir.*none/raw",
+    ),
+    Case(
+        "eval-fashion-mnist-dir-empty",
+        [
+            "acl",
+            "eval",
+            "{root}/run",
+            "eval.split_benchmarks=[fashion_mnist]",
+            "data.fashion_mnist_dir={root}/fm",
+        ],
+        r"data\.fashion_mnist_dir: Fashion-MNIST: .*fm/raw.*found none.*apt-get install dataset-fashion",
+        _mkdir("fm"),
+    ),
+    Case(
+        "eval-config-sources-unknown",
+        ["acl", "eval", "{root}/run"],
+        r"config\.yaml.*data\.sources.*nope",
+        _replace("run/config.yaml", "sources: []", "sources:\n  - nope"),
+    ),
+    Case(
+        "eval-override-sources-unknown",
+        ["acl", "eval", "{root}/run", "data.sources=[nope]"],
+        r"data\.sources.*nope",
+    ),
     # --- presets
     Case("preset-unknown", ["acl", "train", "--preset", "nope", "--run-dir", "{root}/new"], r"preset.*nope"),
     Case(
@@ -302,12 +473,17 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_one_clear_line_and_changes_nothing(case: Case, base: Path, tmp_path: Path, capsys):
+def test_bad_input_is_one_clear_line_and_changes_nothing(
+    case: Case, base: Path, tmp_path: Path, capsys, monkeypatch
+):
     root = tmp_path / "w"
     shutil.copytree(base, root, ignore=shutil.ignore_patterns("cache"))
     (root / "cache").symlink_to(base / "cache")
     if case.setup is not None:
         case.setup(root)
+    monkeypatch.delenv("FASTWEIGHTS_DATA", raising=False)  # the "no root folder" cases
+    for target, value in case.patch.items():
+        monkeypatch.setattr(target, value)
     before = _snapshot(root)
     argv = [a.format(root=root, cache=root / "cache") for a in case.argv]
     capsys.readouterr()

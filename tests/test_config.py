@@ -13,6 +13,7 @@ from fastweights.config import (
     config_from_yaml,
     config_to_yaml,
     load_config,
+    load_run_config,
     preset_path,
 )
 from fastweights.recipes.acl_config import ACLConfig, CurriculumStage
@@ -44,6 +45,26 @@ def test_overrides_are_typed_and_validated():
         load_config(ACLConfig, None, ["model.d_model=abc"])
     with pytest.raises(ValueError, match="key=value"):
         apply_overrides(cfg, ["train.lr"])
+
+
+def test_a_list_key_refuses_a_scalar_or_a_mapping_on_one_line(tmp_path):
+    """OmegaConf's messages for these ("AnyNode is not a ListConfig", a ``TypeError`` naming no key for
+    a mapping merged into a list) become one line naming the key."""
+    for value, given in (("fontglyphs", "'fontglyphs'"), ("3", "3"), ("{a: 1}", "a mapping")):
+        with pytest.raises(ValueError, match=rf"^config: data\.sources: expected a list, got {given}$"):
+            apply_overrides(ACLConfig(), [f"data.sources={value}"])
+    with pytest.raises(ValueError, match=r"^config: train\.curriculum: expected a list, got a mapping$"):
+        apply_overrides(ACLConfig(), ["train.lr=0.1", "train.curriculum={until_step: 5}"])
+    text = "data:\n  sources: {a: fontglyphs}\n"
+    with pytest.raises(ValueError, match=r"^config: data\.sources: expected a list, got a mapping$"):
+        config_from_yaml(ACLConfig, text)
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    for load in (load_config, load_run_config):
+        with pytest.raises(
+            ValueError, match=rf"^config: {re.escape(str(path))}: data\.sources: expected a list"
+        ):
+            load(ACLConfig, path)
 
 
 def test_preset_names_and_paths():

@@ -90,8 +90,46 @@ def _key_line(node: yaml.Node | None, dotted_key: str) -> int | None:
 def _config_error(err: OmegaConfBaseException, where: str = "config") -> ValueError:
     """One-line ``ValueError`` from an OmegaConf error (whose message spans several lines)."""
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if "is not a ListConfig" in first:  # a scalar given for a list field ("AnyNode is not a ListConfig")
+        first = f"expected a list, got {getattr(err, 'value', None)!r}"
     key = getattr(err, "full_key", None)
     return ValueError(f"{where}: {key}: {first}" if key else f"{where}: {first}")
+
+
+def _kind(node: Any) -> str | None:
+    return "a list" if isinstance(node, ListConfig) else "a mapping" if isinstance(node, DictConfig) else None
+
+
+def _container_clash(base: Any, other: Any, path: str = "") -> tuple[str, str, str] | None:
+    """``(dotted key, expected kind, given kind)`` of the first key where ``other`` gives a mapping for
+    a list of ``base`` or a list for a mapping; ``None`` if there is none."""
+    if not (isinstance(base, DictConfig) and isinstance(other, DictConfig)):
+        return None
+    for key in other.keys():
+        if key not in base:
+            continue
+        sub = f"{path}.{key}" if path else str(key)
+        b, o = base._get_node(key), other._get_node(key)
+        want, got = _kind(b), _kind(o)
+        if want and got and want != got:
+            return sub, want, got
+        found = _container_clash(b, o, sub)
+        if found:
+            return found
+    return None
+
+
+def _merge(base: Any, other: Any, where: str) -> Any:
+    """``OmegaConf.merge(base, other)``; OmegaConf's ``TypeError`` for a mapping merged into a list
+    (which names no key) becomes a one-line ``ValueError`` naming ``where`` and the key."""
+    try:
+        return OmegaConf.merge(base, other)
+    except TypeError:
+        clash = _container_clash(base, other)
+        if clash is None:
+            raise
+        key, want, got = clash
+        raise ValueError(f"{where}: {key}: expected {want}, got {got}") from None
 
 
 def _load_yaml_mapping(path: Path) -> tuple[DictConfig, yaml.Node]:
@@ -245,7 +283,7 @@ def load_config(cls: type[T], yaml_path: Path | None = None, overrides: list[str
         renames = deprecated_keys(cls)
         rename_deprecated(loaded, renames, f"config: {yaml_path}")
         try:
-            merged = OmegaConf.merge(merged, loaded)
+            merged = _merge(merged, loaded, f"config: {yaml_path}")
         except OmegaConfBaseException as err:
             line = _line(node, str(getattr(err, "full_key", "") or ""), renames)
             raise _config_error(err, f"config: {yaml_path}" + (f": line {line}" if line else "")) from err
@@ -307,13 +345,13 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
         )
     overrides = rename_deprecated(list(overrides), deprecated_keys(cfg), "overrides")
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(overrides))
+        merged = _merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(overrides), "config")
     except OmegaConfBaseException as err:
         if getattr(err, "full_key", None):
             raise _config_error(err) from err
         for item in overrides:  # OmegaConf did not say which key: find the override that fails alone
             try:
-                OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist([item]))
+                _merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist([item]), "config")
             except OmegaConfBaseException:
                 raise _config_error(err, f"config: {item.split('=', 1)[0]}") from err
         raise _config_error(err) from err
@@ -336,7 +374,7 @@ def config_from_yaml(cls: type[T], text: str) -> T:
         loaded = OmegaConf.create(text)
         if isinstance(loaded, DictConfig):
             rename_deprecated(loaded, deprecated_keys(cls), "config")
-        merged = OmegaConf.merge(OmegaConf.structured(cls), loaded)
+        merged = _merge(OmegaConf.structured(cls), loaded, "config")
     except (OmegaConfBaseException, yaml.YAMLError) as err:
         raise _config_error(err) from err
     return _to_object(merged)  # type: ignore[no-any-return]
@@ -356,7 +394,7 @@ def load_run_config(cls: type[T], path: Path) -> T:
     renames = deprecated_keys(cls)
     rename_deprecated(loaded, renames, f"config: {path}")
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(cls), loaded)
+        merged = _merge(OmegaConf.structured(cls), loaded, f"config: {path}")
     except OmegaConfBaseException as err:
         line = _line(node, str(getattr(err, "full_key", "") or ""), renames)
         raise _config_error(err, f"config: {path}" + (f": line {line}" if line else "")) from err

@@ -171,10 +171,11 @@ def test_registry_and_pool_config(cache, pools):
     tricolours = {"flag: Clipperton Island (U+1F1E8 U+1F1F5)", "flag: France (U+1F1EB U+1F1F7)"}
     assert len((tricolours | {"flag: St. Martin (U+1F1F2 U+1F1EB)"}) & names) == 1  # one flag, three names
     assert 1500 < len(names) < 1800
-    with pytest.raises(ValueError, match="data.channels"):
-        load_pools_for(
-            PoolConfig(source="emoji", channels=1, image_size=16, examples_per_class=2, cache_dir=str(cache))
-        )
+    with pytest.raises(ValueError, match=r"^channels: expected 3 for the RGB source\(s\) \['emoji'\].*got 1"):
+        PoolConfig(source="emoji", channels=1)
+    cfg.channels = 1  # past the config's check, the loaded images are checked too
+    with pytest.raises(ValueError, match=r"data\.channels: emoji/train images have 3 channel\(s\)"):
+        load_pools_for(cfg)
 
 
 def test_packaged_split_is_the_documented_procedure():

@@ -98,8 +98,11 @@ def test_missing_files(tmp_path):
     assert "nowhere" in msg and "apt-get install dataset-fashion-mnist" in msg
     _fake_dataset(tmp_path / "partial")
     (tmp_path / "partial" / (IDX_FILES["test_images"] + ".gz")).unlink()
-    with pytest.raises(FileNotFoundError, match="missing t10k-images-idx3-ubyte"):
+    with pytest.raises(FileNotFoundError, match="found all but t10k-images-idx3-ubyte in .*partial"):
         load_idx_dataset(tmp_path / "partial")
+    with pytest.raises(FileNotFoundError) as err:  # the Fashion-MNIST package hint only for Fashion-MNIST
+        load_idx_dataset(tmp_path / "nowhere", name="MNIST", torchvision_name="MNIST")
+    assert "found none" in str(err.value) and "apt-get" not in str(err.value)
 
 
 @pytest.mark.skipif(not FASHION.is_dir(), reason="Debian package dataset-fashion-mnist not installed")

@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 
 from fastweights.data import registry
-from fastweights.data.registry import CLASS_POOLS, SPLIT_DATASETS, load_class_pools, load_split_dataset
+from fastweights.data.registry import (
+    CLASS_POOLS,
+    RGB_SOURCES,
+    SPLIT_DATASETS,
+    PoolConfig,
+    check_channels,
+    load_class_pools,
+    load_pools_for,
+    load_split_dataset,
+)
 from tests.data.formats import split_tree, write_cifar10, write_mini_imagenet_pkl, write_omniglot_pngs
 from tests.data.test_idx import _fake_dataset
 
@@ -32,6 +41,7 @@ def test_pools_from_local_folders(tmp_path, monkeypatch):
     splits = {"train": split_tree(chars[:1]), "test": split_tree(chars[1:])}
     pools = load_class_pools("omniglot", tmp_path, splits=splits, cache=False)
     assert pools["train"].images.shape == (1, 2, 28, 28)  # default size 28
+    assert "omniglot" not in RGB_SOURCES and "mini_imagenet" in RGB_SOURCES
     write_mini_imagenet_pkl(tmp_path, {"train": ["n1"], "val": ["n2"], "test": ["n3"]}, per_class=2)
     monkeypatch.setenv("FASTWEIGHTS_DATA", str(tmp_path))  # root=None -> $FASTWEIGHTS_DATA
     pools = load_class_pools("mini_imagenet", cache=False)
@@ -55,3 +65,30 @@ def test_split_datasets(tmp_path):
     write_cifar10(tmp_path)
     cifar = load_split_dataset("cifar10", tmp_path)
     assert cifar.channels == 3 and cifar.train.images.shape == (20, 3, 32, 32)
+    assert {"cifar10"} == {"digits", "mnist", "fashion_mnist", "cifar10"} & set(RGB_SOURCES)
+
+
+def test_channels_must_fit_the_sources():
+    """An RGB source needs 3 channels (refused by the config, before any data is built); grayscale
+    sources take 1 or 3 (repeated)."""
+    assert set(RGB_SOURCES) == {"emoji", "mini_imagenet", "fc100", "cifar_fs", "cifar10"}
+    check_channels("channels", 3, ["fontglyphs", "emoji"])
+    check_channels("channels", 1, ["fontglyphs", "omniglot", "nope"])  # unknown names: the source checks
+    with pytest.raises(
+        ValueError, match=r"^data\.channels: expected 3 for the RGB source\(s\) \['fc100', 'emoji'\]"
+    ):
+        check_channels("data.channels", 1, ["fc100", "fontglyphs", "emoji"])
+    for source in RGB_SOURCES:
+        with pytest.raises(ValueError, match=rf"^channels: expected 3 .*'{source}'.*got 1$"):
+            PoolConfig(source=source, channels=1)
+        assert PoolConfig(source=source, channels=3).domains == [source]
+    assert PoolConfig(source="fashion_mnist", channels=3).channels == 3
+
+
+@pytest.mark.parametrize("source", ["omniglot", "mnist", "cifar10"])
+def test_a_source_without_its_folder_names_the_section_key(source, monkeypatch):
+    monkeypatch.delenv("FASTWEIGHTS_DATA", raising=False)
+    with pytest.raises(
+        ValueError, match=rf"^domain_b\.root: expected the local folder holding the '{source}'"
+    ):
+        load_pools_for(PoolConfig(source=source, channels=3), "domain_b")

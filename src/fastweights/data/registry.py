@@ -35,6 +35,8 @@ __all__ = [
     "load_split_dataset",
     "load_pools_for",
     "data_root",
+    "RGB_SOURCES",
+    "check_channels",
 ]
 
 FASHION_MNIST_DEBIAN = "/usr/share/datasets/fashion-mnist"
@@ -94,8 +96,24 @@ _DATASETS: dict[str, tuple[int, bool, Callable[..., SplitDataset]]] = {
     "cifar10": (32, True, _sized(load_cifar10)),
 }
 CLASS_POOLS = tuple(_POOLS)
-_EMBEDDED_POOLS = tuple(name for name, (_, needs_root, _) in _POOLS.items() if not needs_root)
 SPLIT_DATASETS = tuple(_DATASETS)
+#: sources whose images are RGB (the others are grayscale, repeated to RGB on request)
+RGB_SOURCES = ("emoji", "mini_imagenet", "fc100", "cifar_fs", "cifar10")
+
+
+def check_channels(name: str, channels: int, sources: list[str]) -> None:
+    """``channels`` can feed every source of ``sources``: an RGB source (:data:`RGB_SOURCES`) needs 3
+    (grayscale ones take 1 or 3). Names that are no source are left to the source checks.
+
+    Raises:
+        ValueError: ``<name>: expected 3 …`` naming the RGB sources and the value given.
+    """
+    rgb = [s for s in sources if s in RGB_SOURCES]
+    if rgb and channels != 3:
+        raise ValueError(
+            f"{name}: expected 3 for the RGB source(s) {rgb} (grayscale sources are repeated to 3 "
+            f"channels), got {channels!r}"
+        )
 
 
 def data_root(root: str | os.PathLike | None, name: str) -> Path:
@@ -152,7 +170,9 @@ def load_split_dataset(
 class PoolConfig:
     """Where few-shot classes come from: ``source`` is a name of :data:`CLASS_POOLS`
     (``fontglyphs`` and ``emoji`` embedded; ``omniglot``, ``mini_imagenet``, ``fc100``, ``cifar_fs`` from
-    ``root``) or of :data:`SPLIT_DATASETS` (e.g. ``fashion_mnist``: its classes become a pool)."""
+    ``root``) or of :data:`SPLIT_DATASETS` (e.g. ``fashion_mnist``: its classes become a pool).
+    ``channels`` is 1 or 3; an RGB source (:data:`RGB_SOURCES`) needs 3, a grayscale one is repeated to
+    3 channels when it is 3."""
 
     source: str = "fontglyphs"
     root: str | None = None  # local folder of a real benchmark (default $FASTWEIGHTS_DATA)
@@ -166,12 +186,18 @@ class PoolConfig:
     seed: int = 0
     cache_dir: str | None = None
 
+    @property
+    def domains(self) -> list[str]:
+        """The sources this section loads: ``[source]``."""
+        return [self.source]
+
     def __post_init__(self) -> None:
         check_choice("source", self.source, CLASS_POOLS + SPLIT_DATASETS)
         if self.root is not None and not str(self.root).strip():
             raise ValueError("root: expected a folder path or null, got ''")
         check_int("image_size", self.image_size, low=8, high=512)
         check_choice("channels", self.channels, (1, 3))
+        check_channels("channels", self.channels, self.domains)
         check_int("examples_per_class", self.examples_per_class)
         check_int("max_classes_per_script", self.max_classes_per_script)
         if self.max_scripts is not None:
@@ -201,6 +227,12 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
         ValueError: for an unknown source, a missing ``<key>.root``, or pools whose channels differ
             from ``p.channels``.
     """
+    needs_root = {**_POOLS, **_DATASETS}[p.source][1] if p.source in CLASS_POOLS + SPLIT_DATASETS else False
+    if p.root is None and needs_root and not os.environ.get("FASTWEIGHTS_DATA"):
+        raise ValueError(
+            f"{key}.root: expected the local folder holding the {p.source!r} files "
+            f"(or set $FASTWEIGHTS_DATA); none given"
+        )
     if p.source in CLASS_POOLS:
         options: dict[str, Any] = {}
         if p.source == "fontglyphs":
@@ -213,11 +245,6 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
             )
         elif p.source == "emoji":
             options = dict(examples_per_class=p.examples_per_class, seed=p.seed, cache_dir=p.cache_dir)
-        if p.root is None and p.source not in _EMBEDDED_POOLS and not os.environ.get("FASTWEIGHTS_DATA"):
-            raise ValueError(
-                f"{key}.root: expected the local folder holding the {p.source!r} files "
-                f"(or set $FASTWEIGHTS_DATA); none given"
-            )
         pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
     elif p.source in SPLIT_DATASETS:
         pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size))

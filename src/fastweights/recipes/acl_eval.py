@@ -114,13 +114,16 @@ def _split_dataset(cfg: ACLConfig, name: str) -> SplitDataset:
     size = cfg.data.image_size
     if name == "digits":
         return load_digits_split(image_size=size)
-    if name == "fashion_mnist":
-        return load_idx_dataset(cfg.data.fashion_mnist_dir, name="Fashion-MNIST", image_size=size)
-    if name == "mnist":
+    if name not in ("fashion_mnist", "mnist"):
+        raise ValueError(f"eval.split_benchmarks: expected one of {sorted(SPLIT_NAMES)}, got {name!r}")
+    key = f"{name}_dir"  # data.fashion_mnist_dir / data.mnist_dir: errors name the key
+    title, torchvision_name = ("Fashion-MNIST", None) if name == "fashion_mnist" else ("MNIST", "MNIST")
+    try:
         return load_idx_dataset(
-            str(cfg.data.mnist_dir), name="MNIST", image_size=size, torchvision_name="MNIST"
+            str(getattr(cfg.data, key)), name=title, image_size=size, torchvision_name=torchvision_name
         )
-    raise ValueError(f"eval.split_benchmarks: expected one of {sorted(SPLIT_NAMES)}, got {name!r}")
+    except (FileNotFoundError, ValueError) as err:
+        raise type(err)(f"data.{key}: {err}") from None
 
 
 def _variants(scenarios: list[str], num_classes: int) -> list[tuple[str, str, int]]:
@@ -184,17 +187,20 @@ def long_span_results(
     tasks = {}
     for n in e.long_span_tasks:
         log.info("evaluating long-span Split-%s with %d tasks", domain_name(pool), n)
-        tasks[str(n)] = evaluate_pool_split(
-            model,
-            pool,
-            num_tasks=n,
-            k_shot=e.split_k_shot,
-            runs=e.split_runs,
-            scenario="domain",
-            n_query_per_class=e.split_query_per_class,
-            seed=e.seed,
-            device=device,
-        )
+        try:
+            tasks[str(n)] = evaluate_pool_split(
+                model,
+                pool,
+                num_tasks=n,
+                k_shot=e.split_k_shot,
+                runs=e.split_runs,
+                scenario="domain",
+                n_query_per_class=e.split_query_per_class,
+                seed=e.seed,
+                device=device,
+            )
+        except ValueError as err:  # e.g. more tasks than the pool's classes allow
+            raise ValueError(f"eval.long_span_tasks: {n} tasks: {err}") from None
     return {
         "dataset": pool.name,
         "n_way": 2,

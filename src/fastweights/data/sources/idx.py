@@ -102,10 +102,15 @@ def load_idx_dataset(
     paths, searched = _locate(Path(folder), torchvision_name)
     missing = [IDX_FILES[k] for k, p in paths.items() if p is None]
     if missing:
+        found = "none" if len(missing) == len(IDX_FILES) else f"all but {', '.join(missing)} in {folder}"
+        hint = ""
+        if name == "Fashion-MNIST":
+            hint = (
+                "; run `apt-get install dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist)"
+            )
         raise FileNotFoundError(
             f"{name}: expected the IDX files {', '.join(IDX_FILES.values())} (raw or .gz) in one of "
-            f"{', '.join(map(str, searched))}, missing {', '.join(missing)} in {folder}; for Fashion-MNIST "
-            "run `apt-get install dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist)"
+            f"{', '.join(map(str, searched))}, found {found}{hint}"
         )
     splits = {}
     for split in ("train", "test"):
