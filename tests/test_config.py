@@ -19,7 +19,7 @@ from fastweights.config import (
 from fastweights.recipes.acl_config import ACLConfig, CurriculumStage
 
 
-@pytest.mark.parametrize("preset", ["smoke", "quick", "standard", "paper"])
+@pytest.mark.parametrize("preset", available_presets("acl"))
 def test_presets_load_and_round_trip(preset):
     cfg = load_config(ACLConfig, preset_path("acl", preset))
     assert cfg.name == preset
@@ -28,7 +28,18 @@ def test_presets_load_and_round_trip(preset):
 
 def test_presets_ship_inside_the_package():
     assert CONFIG_DIR == Path(fastweights.__file__).resolve().parent / "configs"
-    assert available_presets("acl") == ["paper", "quick", "smoke", "standard"]
+    assert available_presets("acl") == [
+        "paper",
+        "paper-3task",
+        "paper-5task-class",
+        "paper-5task-domain",
+        "paper-fc100",
+        "quick",
+        "smoke",
+        "standard",
+        "standard-5task-class",
+        "standard-5task-domain",
+    ]
     assert {"smoke", "tiny", "paper-125m"} <= set(available_presets("lm"))
     assert available_presets("nope") == []
     assert preset_path("fewshot", "smoke") == CONFIG_DIR / "fewshot" / "smoke.yaml"

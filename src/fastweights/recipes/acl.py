@@ -35,6 +35,8 @@ from fastweights.recipes.acl_eval import (
     domain_name,
     domain_pools,
     forgetting_pairs,
+    load_split_benchmarks,
+    long_span_pool,
     long_span_results,
     split_results,
 )
@@ -206,6 +208,8 @@ def _measure(
     Split-FontGlyphs tasks (ACL paper §4)."""
     e = cfg.eval
     test_pools = [p["test"] for p in domain_pools(cfg.data)]
+    benchmarks = load_split_benchmarks(cfg)  # all data loaded and checked before anything is measured
+    span_pool = long_span_pool(cfg, test_pools)
     forgetting = forgetting_pairs(cfg, test_pools, model, device)
     fewshot = {
         name: {"accuracy": pair["table"]["A|A"]["mean"], "ci95": pair["table"]["A|A"]["ci95"]}
@@ -228,11 +232,10 @@ def _measure(
             "domains": fewshot,
         },
         "forgetting": forgetting,
-        "split": split_results(cfg, model, device),
+        "split": split_results(cfg, benchmarks, model, device),
     }
-    long_span = long_span_results(cfg, test_pools, model, device)
-    if long_span is not None:
-        results["long_span"] = long_span
+    if span_pool is not None:
+        results["long_span"] = long_span_results(cfg, span_pool, model, device)
     return results
 
 

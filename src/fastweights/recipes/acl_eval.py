@@ -21,10 +21,9 @@ from tqdm.auto import tqdm
 from fastweights.cl.protocols import evaluate_task_pairs, summarize_task_pairs
 from fastweights.cl.split_protocol import evaluate_pool_split, evaluate_split_benchmark
 from fastweights.data.episodes import EpisodeSampler
-from fastweights.data.registry import load_pools_for
+from fastweights.data.registry import load_pools_for, load_split_dataset
 from fastweights.data.sources.base import ClassPool, SplitDataset
-from fastweights.data.sources.digits import load_digits_split
-from fastweights.data.sources.idx import load_idx_dataset
+from fastweights.data.streams import pool_split_tasks
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.acl_config import ACLConfig, DataConfig
 
@@ -33,7 +32,9 @@ __all__ = [
     "domain_name",
     "domain_pairs",
     "forgetting_pairs",
+    "load_split_benchmarks",
     "split_results",
+    "long_span_pool",
     "long_span_results",
     "SPLIT_NAMES",
 ]
@@ -111,17 +112,15 @@ def forgetting_pairs(
 
 
 def _split_dataset(cfg: ACLConfig, name: str) -> SplitDataset:
-    size = cfg.data.image_size
-    if name == "digits":
-        return load_digits_split(image_size=size)
-    if name not in ("fashion_mnist", "mnist"):
+    """The train/test data set of a split benchmark (:func:`load_split_dataset`); Fashion-MNIST and MNIST
+    from ``data.fashion_mnist_dir`` / ``data.mnist_dir`` (errors name that key)."""
+    if name not in SPLIT_NAMES or name == "emoji":
         raise ValueError(f"eval.split_benchmarks: expected one of {sorted(SPLIT_NAMES)}, got {name!r}")
-    key = f"{name}_dir"  # data.fashion_mnist_dir / data.mnist_dir: errors name the key
-    title, torchvision_name = ("Fashion-MNIST", None) if name == "fashion_mnist" else ("MNIST", "MNIST")
+    if name == "digits":
+        return load_split_dataset(name, image_size=cfg.data.image_size)
+    key = f"{name}_dir"
     try:
-        return load_idx_dataset(
-            str(getattr(cfg.data, key)), name=title, image_size=size, torchvision_name=torchvision_name
-        )
+        return load_split_dataset(name, str(getattr(cfg.data, key)), image_size=cfg.data.image_size)
     except (FileNotFoundError, ValueError) as err:
         raise type(err)(f"data.{key}: {err}") from None
 
@@ -141,66 +140,98 @@ def _variants(scenarios: list[str], num_classes: int) -> list[tuple[str, str, in
     return out
 
 
-def split_results(cfg: ACLConfig, model: InContextClassifier, device: Any) -> dict[str, Any]:
-    """``{"<benchmark>/<domain|class-2task|class>": summary}`` for ``eval.split_benchmarks`` ×
+def load_split_benchmarks(cfg: ACLConfig) -> dict[str, SplitDataset | ClassPool]:
+    """The data of every ``eval.split_benchmarks`` entry, by benchmark name (loaded before anything is
+    measured, so a missing folder fails fast): a train/test data set, or for Split-Emoji the held-out
+    EmojiImages pool."""
+    out: dict[str, SplitDataset | ClassPool] = {}
+    for bench in cfg.eval.split_benchmarks:
+        if bench == "emoji":
+            out[SPLIT_NAMES[bench]] = load_pools_for(replace(cfg.data, source="emoji", sources=[]), "data")[
+                "test"
+            ]
+        else:
+            out[SPLIT_NAMES[bench]] = _split_dataset(cfg, bench)
+    return out
+
+
+def split_results(
+    cfg: ACLConfig, benchmarks: dict[str, SplitDataset | ClassPool], model: InContextClassifier, device: Any
+) -> dict[str, Any]:
+    """``{"<benchmark>/<domain|class-2task|class>": summary}`` for the :func:`load_split_benchmarks` data ×
     ``eval.scenarios`` (see :func:`_variants`), each over ``eval.split_runs`` demonstration draws of
     ``eval.split_k_shot`` images per class. Split-Emoji: the first 10 classes of a fixed permutation of
     the held-out EmojiImages subgroups, the last ``eval.split_query_per_class`` examples of each class as
     queries."""
     e = cfg.eval
     out: dict[str, Any] = {}
-    for bench in e.split_benchmarks:
-        name = SPLIT_NAMES[bench]
-        if bench == "emoji":
-            pool = load_pools_for(replace(cfg.data, source="emoji", sources=[]), "data")["test"]
-        else:
-            dataset = _split_dataset(cfg, bench)
+    for name, data in benchmarks.items():
         for suffix, scenario, tasks in _variants(e.scenarios, model.num_classes):
             log.info("evaluating %s/%s", name, suffix)
             common = dict(k_shot=e.split_k_shot, runs=e.split_runs, scenario=scenario, device=device)
-            if bench == "emoji":
+            if isinstance(data, ClassPool):
                 res = evaluate_pool_split(
                     model,
-                    pool,
+                    data,
                     num_tasks=tasks,
                     n_query_per_class=e.split_query_per_class,
                     seed=e.seed,
                     **common,
                 )
             else:
-                res = evaluate_split_benchmark(model, dataset, num_tasks=tasks, **common)
+                res = evaluate_split_benchmark(model, data, num_tasks=tasks, **common)
             out[f"{name}/{suffix}"] = res
     return out
 
 
-def long_span_results(
-    cfg: ACLConfig, pools: list[ClassPool], model: InContextClassifier, device: Any
-) -> dict[str, Any] | None:
-    """Long-span domain-incremental evaluation (``eval.long_span_tasks``, e.g. 5/10/20 two-way tasks of
-    held-out classes) on the FontGlyphs meta-test pool when FontGlyphs is a domain, else on the first
-    domain's; ``None`` when ``eval.long_span_tasks`` is empty."""
+def long_span_pool(cfg: ACLConfig, pools: list[ClassPool]) -> ClassPool | None:
+    """The pool of the long-span tasks (``eval.long_span_tasks``): FontGlyphs' meta-test pool when it is a
+    domain, else the first domain's; ``None`` when ``eval.long_span_tasks`` is empty.
+
+    Raises:
+        ValueError: naming ``eval.long_span_tasks`` when the pool has too few classes or examples for
+            the longest sequence and ``eval.split_runs`` demonstration draws.
+    """
     e = cfg.eval
     if not e.long_span_tasks:
         return None
     names = [domain_name(p) for p in pools]
     pool = pools[names.index("FontGlyphs")] if "FontGlyphs" in names else pools[0]
+    n = max(e.long_span_tasks)
+    try:
+        pool_split_tasks(
+            pool,
+            num_tasks=n,
+            k_shot=e.split_k_shot,
+            run=e.split_runs - 1,
+            n_query_per_class=e.split_query_per_class,
+            seed=e.seed,
+        )
+    except ValueError as err:  # e.g. more tasks than the pool's classes allow
+        raise ValueError(f"eval.long_span_tasks: {n} tasks: {err}") from None
+    return pool
+
+
+def long_span_results(
+    cfg: ACLConfig, pool: ClassPool, model: InContextClassifier, device: Any
+) -> dict[str, Any]:
+    """Long-span domain-incremental evaluation of :func:`long_span_pool`: ``eval.long_span_tasks``
+    (e.g. 5/10/20) two-way tasks of its held-out classes, ``eval.split_runs`` demonstration draws."""
+    e = cfg.eval
     tasks = {}
     for n in e.long_span_tasks:
         log.info("evaluating long-span Split-%s with %d tasks", domain_name(pool), n)
-        try:
-            tasks[str(n)] = evaluate_pool_split(
-                model,
-                pool,
-                num_tasks=n,
-                k_shot=e.split_k_shot,
-                runs=e.split_runs,
-                scenario="domain",
-                n_query_per_class=e.split_query_per_class,
-                seed=e.seed,
-                device=device,
-            )
-        except ValueError as err:  # e.g. more tasks than the pool's classes allow
-            raise ValueError(f"eval.long_span_tasks: {n} tasks: {err}") from None
+        tasks[str(n)] = evaluate_pool_split(
+            model,
+            pool,
+            num_tasks=n,
+            k_shot=e.split_k_shot,
+            runs=e.split_runs,
+            scenario="domain",
+            n_query_per_class=e.split_query_per_class,
+            seed=e.seed,
+            device=device,
+        )
     return {
         "dataset": pool.name,
         "n_way": 2,
