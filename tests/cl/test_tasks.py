@@ -215,6 +215,9 @@ def test_alternate_order_rotates_the_samplers_per_step():
     assert order(three, 2, alternate=True)[1] == [2, 0]
     assert order(one, 3, alternate=True) == [[0, 0, 0]] * 4
     assert order(two, 2) == [[0, 1]] * 4  # without alternation: sampler order every step
+    # one domain per sequence, the domain changing from batch to batch (5-task meta-finetuning)
+    assert order(two, 5, single_domain=True) == [[0] * 5, [1] * 5, [0] * 5, [1] * 5]
+    assert order(three, 2, single_domain=True, alternate=True) == [[0, 0], [1, 1], [2, 2], [0, 0]]
     assert _source(samplers=two).order(7) == [0, 1]  # default: one task per sampler
     assert _source(samplers=two, tasks_per_sampler=2).num_tasks == 4  # the former spelling
     with pytest.raises(ValueError, match="num_tasks, tasks_per_sampler"):

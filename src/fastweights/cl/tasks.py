@@ -207,6 +207,9 @@ class TaskSource:
         alternate: position ``t`` of step ``s`` uses sampler ``(t - s) % len(samplers)`` (two domains:
             A,B at even steps, B,A at odd ones, ACL spec §4.2 step 2; three: the cyclic rotations
             (A,B,C), (C,A,B), (B,C,A) of spec §4.3); otherwise ``t % len(samplers)``.
+        single_domain: every position of step ``s`` uses sampler ``s % len(samplers)`` (all tasks of a
+            sequence from one domain, the domain changing from batch to batch; the reference's 5-task
+            meta-finetuning draws its 5 tasks from one data set, spec §4.4); overrides ``alternate``.
         scenario: ``"domain"`` or ``"class"`` (class-incremental labels, ACL paper §4.4).
         n_query: queries per class per task (0: demonstrations only).
         first_shot: also sample the first-shot demos of ACL App. A.6 (image steps only).
@@ -225,6 +228,7 @@ class TaskSource:
     label_space: int
     num_tasks: int | None = None
     alternate: bool = False
+    single_domain: bool = False
     scenario: str = "domain"
     n_query: int = 0
     first_shot: bool = False
@@ -254,8 +258,11 @@ class TaskSource:
 
     def order(self, step: int) -> list[int]:
         """The sampler index of each position of ``step``'s sequences (synthetic steps use no sampler)."""
+        n, count = len(self.samplers), int(self.num_tasks or 0)
+        if self.single_domain:
+            return [step % n] * count
         offset = step if self.alternate else 0
-        return [(t - offset) % len(self.samplers) for t in range(int(self.num_tasks or 0))]
+        return [(t - offset) % n for t in range(count)]
 
     def tasks(self, model: InContextClassifier, step: int, device: torch.device | str) -> list[TaskTensors]:
         """The embedded tasks of ``step``: ``num_tasks`` :class:`TaskTensors` with float32 features

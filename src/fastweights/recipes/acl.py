@@ -99,8 +99,11 @@ def _validate(
         out["val_objective"] = float(np.mean([accs[k].mean() for k in terms]))
         out["val_acc"] = out["val_A|A"]
         return out
-    n = len(samplers)  # the first two domain orders of training's alternation (one for one domain)
-    orders = sorted({tuple((i - s) % n for i in range(t.num_tasks)) for s in range(min(n, 2))})
+    n = len(samplers)  # the domain orders of training's first two steps (one for one domain)
+    if t.sequence_domains == "single":
+        orders = sorted({(s % n,) * t.num_tasks for s in range(min(n, 2))})
+    else:
+        orders = sorted({tuple((i - s) % n for i in range(t.num_tasks)) for s in range(min(n, 2))})
     R = np.concatenate(
         [
             evaluate_task_sequence(
@@ -146,7 +149,8 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
 
     Each training sequence holds ``train.num_tasks`` tasks; with several domains (``data.sources``)
     task ``t`` of step ``s`` comes from domain ``(t - s) mod #domains`` (the order alternates from
-    batch to batch, ACL spec §4.2/§4.3). ``train.init_from`` starts from another run's weights (5-task
+    batch to batch, ACL spec §4.2/§4.3), or with ``train.sequence_domains: single`` every task of step
+    ``s`` from domain ``s mod #domains``. ``train.init_from`` starts from another run's weights (5-task
     meta-finetuning, spec §4.4; label columns and output rows mapped by class index).
     Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
     included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
@@ -170,6 +174,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         label_space=t.label_space or cfg.model.num_classes,
         num_tasks=t.num_tasks,
         alternate=True,
+        single_domain=t.sequence_domains == "single",
         scenario=t.scenario,
         n_query=t.n_query,
         first_shot=t.first_shot_loss,

@@ -68,6 +68,10 @@ class TrainConfig(OptimConfig):
     #: "domain": every task uses labels from ``label_space`` (domain-incremental); "class": the labels of
     #: task t (0-based) are shifted by ``n_way * t`` (class-incremental, ACL spec §4.4)
     scenario: str = "domain"
+    #: with several domains: "alternate" — task t of step s from domain (t - s) mod D (the 2-/3-task
+    #: protocol, ACL spec §4.2/§4.3); "single" — all tasks of a sequence from domain s mod D (the 5-task
+    #: meta-finetuning draws its tasks from one data set, spec §4.4)
+    sequence_domains: str = "alternate"
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
     first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default
     online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
@@ -79,6 +83,7 @@ class TrainConfig(OptimConfig):
         check_ints(self, ("n_way", "k_shot", "n_query", "num_tasks"))
         check_int("label_space", self.label_space, low=0)
         check_choice("scenario", self.scenario, SCENARIOS)
+        check_choice("sequence_domains", self.sequence_domains, ("alternate", "single"))
         check_real("online_weight", self.online_weight, 0)
 
 
