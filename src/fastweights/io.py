@@ -32,9 +32,10 @@ __all__ = [
     "atomic_save_figure",
     "JsonlLogger",
     "read_jsonl",
+    "PathLike",
 ]
 
-PathLike = str | os.PathLike[str]
+PathLike = str | os.PathLike[str]  # a path argument: str or os.PathLike
 
 
 def _current_umask() -> int:
