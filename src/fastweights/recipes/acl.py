@@ -30,7 +30,7 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.models.transfer import load_classifier_weights
-from fastweights.recipes.acl_config import ACLConfig, DataConfig, TrainConfig
+from fastweights.recipes.acl_config import ACLConfig, TrainConfig
 from fastweights.recipes.acl_eval import (
     domain_name,
     domain_pools,
@@ -50,10 +50,11 @@ from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.paper_tables import forgetting_rows
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
 from fastweights.recipes.report import write_report
+from fastweights.recipes.report_values import pm
 from fastweights.train.checkpoint import CheckpointManager, read_checkpoint
 from fastweights.train.run_folder import output_folder
 
-__all__ = [*RECIPE_MEMBERS, "compare_curves", "load_glyph_pools"]  # the recipe contract + extras
+__all__ = [*RECIPE_MEMBERS, "compare_curves"]  # the recipe contract + extras
 
 NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = ACLConfig
@@ -65,12 +66,6 @@ log = logging.getLogger(__name__)
 def build_model(cfg: ACLConfig) -> InContextClassifier:
     """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), §3."""
     return build_classifier(cfg.model, image_size=cfg.data.image_size, in_channels=cfg.data.channels)
-
-
-def load_glyph_pools(d: DataConfig) -> dict[str, ClassPool]:
-    """Meta-train / meta-val / meta-test pools of the first domain of ``data`` (FontGlyphs by default:
-    rendered once, then cached)."""
-    return domain_pools(d)[0]
 
 
 def _validate(
@@ -193,7 +188,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         model,
         step_fn,
         lambda: _validate(model, val_samplers, t, t.val_episodes, device),
-        description="ACL meta-training" if init is None and not t.init_from else "ACL meta-finetuning",
+        description="ACL meta-finetuning" if t.init_from else "ACL meta-training",
         postfix=("n_way", "k_shot"),
         objective="val_objective",
     )
@@ -213,7 +208,9 @@ def _measure(
     Split-FontGlyphs tasks (ACL paper §4)."""
     e = cfg.eval
     test_pools = [p["test"] for p in domain_pools(cfg.data)]
-    benchmarks = load_split_benchmarks(cfg)  # all data loaded and checked before anything is measured
+    benchmarks = load_split_benchmarks(
+        cfg, test_pools
+    )  # all data loaded and checked before anything is measured
     span_pool = long_span_pool(cfg, test_pools)
     forgetting = forgetting_pairs(cfg, test_pools, model, device)
     fewshot = {
@@ -314,10 +311,6 @@ def summary(results: dict[str, Any]) -> str:
     return "; ".join([line, *forgetting, *split])
 
 
-def _split_acc(res: dict[str, Any]) -> str:
-    return f"{100 * res['ACC']['mean']:.2f} ± {100 * res['ACC']['std']:.2f}"
-
-
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of ``compare`` (e.g. ACL vs no-ACL, ``--vary train.acl_loss=true,false``): one row
     per run: few-shot accuracy, acc(A|A→B) for every ordered pair of meta-test domains (ACL paper §4.1
@@ -327,7 +320,8 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
     orders = [r.order for r in forgetting_rows(first)]
     header = ["run", "steps", "train min", f"{fs['n_way']}-way {fs['k_shot']}-shot (%)"]
     header += [f"A after A→B, {order} (%)" for order in orders]
-    header += [f"{name} ACC (%)" for name in first.get("split", {})]
+    splits = list(first.get("split", {}))
+    header += [f"{name} ACC (%)" for name in splits]
     rows = []
     for name, res in results.items():
         run, f = res["run"], res["fewshot"]
@@ -337,9 +331,12 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
                 name,
                 run["steps"],
                 f"{run['train_minutes']:.1f}",
-                f"{100 * f['accuracy']:.2f} ± {100 * f['ci95']:.2f}",
-                *(f"{100 * after[o]['mean']:.2f} ± {100 * after[o]['ci95']:.2f}" for o in orders),
-                *(_split_acc(res["split"][k]) for k in first.get("split", {})),
+                pm(f["accuracy"], f["ci95"]),
+                *(pm(after[o]["mean"], after[o]["ci95"]) for o in orders),
+                *(
+                    pm(res["split"][k]["ACC"]["mean"], res["split"][k]["ACC"]["std"])
+                    for k in first.get("split", {})
+                ),
             ]
         )
     return header, rows

@@ -140,16 +140,18 @@ def _variants(scenarios: list[str], num_classes: int) -> list[tuple[str, str, in
     return out
 
 
-def load_split_benchmarks(cfg: ACLConfig) -> dict[str, SplitDataset | ClassPool]:
+def load_split_benchmarks(cfg: ACLConfig, test_pools: list[ClassPool]) -> dict[str, SplitDataset | ClassPool]:
     """The data of every ``eval.split_benchmarks`` entry, by benchmark name (loaded before anything is
     measured, so a missing folder fails fast): a train/test data set, or for Split-Emoji the held-out
-    EmojiImages pool."""
+    EmojiImages pool — taken from the meta-test ``test_pools`` when EmojiImages is a domain."""
     out: dict[str, SplitDataset | ClassPool] = {}
+    loaded = {domain_name(p): p for p in test_pools}
     for bench in cfg.eval.split_benchmarks:
         if bench == "emoji":
-            out[SPLIT_NAMES[bench]] = load_pools_for(replace(cfg.data, source="emoji", sources=[]), "data")[
-                "test"
-            ]
+            pool = loaded.get("EmojiImages")
+            if pool is None:
+                pool = load_pools_for(replace(cfg.data, source="emoji", sources=[]), "data")["test"]
+            out[SPLIT_NAMES[bench]] = pool
         else:
             out[SPLIT_NAMES[bench]] = _split_dataset(cfg, bench)
     return out
