@@ -175,6 +175,11 @@ CASES = [
     Case("fewshot-channels-1-rgb-source", [*FS_NEW, "data.source=emoji"], r"data\.channels"),
     Case("acl-train-scenario-unknown", [*ACL_NEW, "train.scenario=task"], r"train\.scenario"),
     Case(
+        "acl-train-sequence-domains-unknown",
+        [*ACL_NEW, "train.sequence_domains=mixed"],
+        r"train\.sequence_domains",
+    ),
+    Case(
         "acl-class-scenario-too-few-outputs",
         [*ACL_NEW, "train.scenario=class", "train.num_tasks=5", "train.n_way=2"],
         r"model\.num_classes.*train\.n_way \* train\.num_tasks|train\.n_way \* train\.num_tasks.*num_classes",
