@@ -1,5 +1,6 @@
 """Task streams for continual learning: split benchmarks (Split-MNIST style) built from a dataset
-(:func:`split_benchmark`) or from a few-shot class pool (:func:`pool_split_tasks`)."""
+(:func:`split_benchmark`) or from a few-shot class pool (:func:`pool_split_tasks`), and validation
+copies of both carved from training data only (:func:`holdout_split`, :func:`holdout_pool`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ import numpy as np
 
 from fastweights.checks import check_choice
 
-from .sources.base import ClassPool, SplitDataset
+from .sources.base import ClassPool, LabeledImages, SplitDataset
 
-__all__ = ["Task", "split_benchmark", "pool_split_tasks", "SCENARIOS", "SPLIT_PAIRS"]
+__all__ = [
+    "Task",
+    "split_benchmark",
+    "pool_split_tasks",
+    "holdout_split",
+    "holdout_pool",
+    "SCENARIOS",
+    "SPLIT_PAIRS",
+]
 
 SCENARIOS = ("domain", "class")
 SPLIT_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))
@@ -78,7 +87,7 @@ def _check_groups(groups: object, num_classes: int) -> list[tuple[int, ...]]:
 def split_benchmark(
     ds: SplitDataset,
     *,
-    k_shot: int,
+    k_shot: int | None,
     run: int,
     scenario: str = "domain",
     class_groups: Sequence[Sequence[int]] = SPLIT_PAIRS,
@@ -89,7 +98,9 @@ def split_benchmark(
     like ``"0/1"``. Demonstrations come from ``ds.train``: run ``r`` takes the train images
     ``[k_shot * r, k_shot * (r + 1))`` of each class in dataset order, arranged shot-major
     (``c0, c1, c0, c1, ...``), so different runs use disjoint demonstrations; queries are all
-    ``ds.test`` images of the group's classes in dataset order. Labels: ``scenario="domain"`` ->
+    ``ds.test`` images of the group's classes in dataset order. ``k_shot=None`` (the full-data budget
+    of the continual-learning baselines) takes every train image of the group's classes instead, in
+    dataset order (``run`` is then ignored). Labels: ``scenario="domain"`` ->
     position of the class within its group (0, 1, ...); ``"class"`` -> the original class ids.
     Returns tasks with support uint8 ``[N*K, S, S]``/int64 ``[N*K]`` and query uint8 ``[Q, S, S]``/
     int64 ``[Q]``. Raises ``ValueError`` on a bad argument or when a class has fewer than
@@ -97,31 +108,26 @@ def split_benchmark(
     """
     if not isinstance(ds, SplitDataset):
         raise ValueError(f"ds: expected a SplitDataset, given {type(ds).__name__}")
-    k, run = _check_count("k_shot", k_shot, 1), _check_count("run", run, 0)
+    k = None if k_shot is None else _check_count("k_shot", k_shot, 1)
+    run = _check_count("run", run, 0)
     check_choice("scenario", scenario, SCENARIOS)
     groups = _check_groups(class_groups, ds.num_classes)
-    lo, hi = k * run, k * (run + 1)
     tasks = []
     for group in groups:
-        demos = []
-        for c in group:
-            idx = np.flatnonzero(ds.train.labels == c)
-            if len(idx) < hi:
-                raise ValueError(
-                    f"run: expected class {c} of {ds.name!r} to have >= k_shot * (run + 1) = {hi} train "
-                    f"images, given {len(idx)} (k_shot={k}, run={run})"
-                )
-            demos.append(idx[lo:hi])
-        support, position = _shot_major(demos)
-        query = np.flatnonzero(np.isin(ds.test.labels, group))
         labels = _task_labels(scenario, group)
         lut = np.full(ds.num_classes, -1, dtype=np.int64)
         lut[list(group)] = labels
+        query = np.flatnonzero(np.isin(ds.test.labels, group))
+        if k is None:
+            support = np.flatnonzero(np.isin(ds.train.labels, group))
+            support_labels = lut[ds.train.labels[support]]
+        else:
+            support, support_labels = _demonstrations(ds, group, labels, k, run)
         tasks.append(
             Task(
                 name="/".join(str(c) for c in group),
                 support_images=ds.train.images[support],
-                support_labels=labels[position],
+                support_labels=support_labels,
                 query_images=ds.test.images[query],
                 query_labels=lut[ds.test.labels[query]],
             )
@@ -129,12 +135,30 @@ def split_benchmark(
     return tasks
 
 
+def _demonstrations(
+    ds: SplitDataset, group: tuple[int, ...], labels: np.ndarray, k: int, run: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run ``run``'s ``k`` train indices per class of ``group`` (shot-major) and their labels."""
+    lo, hi = k * run, k * (run + 1)
+    demos = []
+    for c in group:
+        idx = np.flatnonzero(ds.train.labels == c)
+        if len(idx) < hi:
+            raise ValueError(
+                f"run: expected class {c} of {ds.name!r} to have >= k_shot * (run + 1) = {hi} train "
+                f"images, given {len(idx)} (k_shot={k}, run={run})"
+            )
+        demos.append(idx[lo:hi])
+    support, position = _shot_major(demos)
+    return support, labels[position]
+
+
 def pool_split_tasks(
     pool: ClassPool,
     *,
     num_tasks: int,
     n_way: int = 2,
-    k_shot: int,
+    k_shot: int | None,
     run: int,
     n_query_per_class: int,
     scenario: str = "domain",
@@ -151,7 +175,8 @@ def pool_split_tasks(
     - Demonstrations: ``k_shot`` examples per class drawn without replacement from the other
       ``examples_per_class - n_query_per_class`` ones with ``np.random.default_rng([seed, run])``,
       class after class in stream order, arranged shot-major (``c0, c1, c0, c1, ...``) like
-      :func:`split_benchmark`; demonstrations and queries never share an example.
+      :func:`split_benchmark`; demonstrations and queries never share an example. ``k_shot=None`` (the
+      full-data budget of the continual-learning baselines): every non-query example, in pool order.
     - Labels: ``scenario="domain"`` → the class's position in its task (``0..n_way-1``); ``"class"`` →
       ``n_way * t + position``.
 
@@ -166,8 +191,10 @@ def pool_split_tasks(
     if not isinstance(pool, ClassPool):
         raise ValueError(f"pool: expected a ClassPool, given {type(pool).__name__}")
     num_tasks, n_way = _check_count("num_tasks", num_tasks, 1), _check_count("n_way", n_way, 2)
-    k, run = _check_count("k_shot", k_shot, 1), _check_count("run", run, 0)
+    m = pool.examples_per_class
     n_query = _check_count("n_query_per_class", n_query_per_class, 1)
+    k = None if k_shot is None else _check_count("k_shot", k_shot, 1)
+    run = _check_count("run", run, 0)
     seed = _check_count("seed", seed, 0)
     check_choice("scenario", scenario, SCENARIOS)
     if num_tasks * n_way > pool.num_classes:
@@ -175,11 +202,10 @@ def pool_split_tasks(
             f"num_tasks: expected num_tasks * n_way <= the {pool.num_classes} classes of pool {pool.name!r}, "
             f"given {num_tasks} * {n_way} = {num_tasks * n_way}"
         )
-    m = pool.examples_per_class
-    if k + n_query > m:
+    if (k or 1) + n_query > m:
         raise ValueError(
             f"k_shot: expected k_shot + n_query_per_class <= the {m} examples per class of pool "
-            f"{pool.name!r}, given {k} + {n_query} = {k + n_query}"
+            f"{pool.name!r}, given {k or 1} + {n_query} = {(k or 1) + n_query}"
         )
     order = np.random.default_rng(seed).permutation(pool.num_classes)[: num_tasks * n_way]
     rng = np.random.default_rng([seed, run])
@@ -187,7 +213,10 @@ def pool_split_tasks(
     for t in range(num_tasks):
         classes = order[t * n_way : (t + 1) * n_way]
         images = pool.images[classes]  # [n_way, M, ...]
-        support, position = _shot_major([rng.choice(m - n_query, size=k, replace=False) for _ in classes])
+        if k is None:
+            support, position = _shot_major([np.arange(m - n_query) for _ in classes])
+        else:
+            support, position = _shot_major([rng.choice(m - n_query, size=k, replace=False) for _ in classes])
         labels = _task_labels(scenario, range(n_way * t, n_way * (t + 1)))
         tasks.append(
             Task(
@@ -199,3 +228,61 @@ def pool_split_tasks(
             )
         )
     return tasks
+
+
+def holdout_split(ds: SplitDataset, per_class: int) -> SplitDataset:
+    """A validation copy of ``ds`` carved from its training data only: ``train`` = every train image but
+    the last ``per_class`` of each class, ``test`` = those last ``per_class`` images (dataset order).
+    Hyper-parameter searches run the benchmark's protocol on it, so the test split is never seen.
+    Statistics (``mean``/``std``) are kept from ``ds``; the name gets ``" (validation)"``.
+
+    Raises:
+        ValueError: unless ``per_class`` is an int >= 1 and every class has more train images than that.
+    """
+    if not isinstance(ds, SplitDataset):
+        raise ValueError(f"ds: expected a SplitDataset, given {type(ds).__name__}")
+    v = _check_count("per_class", per_class, 1)
+    labels = ds.train.labels
+    held = np.zeros(len(labels), dtype=bool)
+    for c in range(ds.num_classes):
+        idx = np.flatnonzero(labels == c)
+        if len(idx) <= v:
+            raise ValueError(
+                f"per_class: expected fewer than the {len(idx)} train images of class {c} of {ds.name!r}, "
+                f"given {v}"
+            )
+        held[idx[-v:]] = True
+    return SplitDataset(
+        name=f"{ds.name} (validation)",
+        train=LabeledImages(ds.train.images[~held], labels[~held]),
+        test=LabeledImages(ds.train.images[held], labels[held]),
+        num_classes=ds.num_classes,
+        mean=ds.mean,
+        std=ds.std,
+    )
+
+
+def holdout_pool(pool: ClassPool, n_query_per_class: int) -> ClassPool:
+    """``pool`` without the last ``n_query_per_class`` examples of each class — the queries of
+    :func:`pool_split_tasks` — so that a stream drawn from it (with its own last examples as validation
+    queries) never sees a test query. Statistics are kept; the name gets ``" (validation)"``.
+
+    Raises:
+        ValueError: unless ``n_query_per_class`` is an int in ``[1, examples_per_class - 2]``.
+    """
+    if not isinstance(pool, ClassPool):
+        raise ValueError(f"pool: expected a ClassPool, given {type(pool).__name__}")
+    n = _check_count("n_query_per_class", n_query_per_class, 1)
+    m = pool.examples_per_class
+    if n > m - 2:
+        raise ValueError(
+            f"n_query_per_class: expected <= {m - 2} (the pool's {m} examples per class less 2), given {n}"
+        )
+    return ClassPool(
+        name=f"{pool.name} (validation)",
+        images=pool.images[:, : m - n],
+        class_names=list(pool.class_names),
+        alphabets=list(pool.alphabets),
+        mean=pool.mean,
+        std=pool.std,
+    )
