@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         _add_export(
             verbs[name], _EXPORT_HELP.get(name, "slim copy of a run (model weights + config) for sharing")
         )
+    _add_cl_baselines(recipes)
     cu = verbs["acl"].add_parser(
         "curves", help="plot validation accuracy vs wall-clock minutes of several runs"
     )
@@ -71,6 +72,70 @@ def _parser() -> argparse.ArgumentParser:
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     return p
+
+
+def _add_cl_baselines(recipes: argparse._SubParsersAction) -> None:
+    """``cl-baselines run`` and ``cl-baselines compare`` (classic continual-learning baselines)."""
+    cb = recipes.add_parser(
+        "cl-baselines",
+        help="classic continual-learning baselines (EWC, SI, replay, …) vs ACL on split benchmarks",
+    )
+    verbs = cb.add_subparsers(dest="verb", required=True)
+    ru = verbs.add_parser("run", help="train and evaluate the baselines (cells/, results.json, report.md)")
+    ru.add_argument(
+        "--preset",
+        default="quick",
+        help="preset name (fastweights/configs/cl_baselines/NAME.yaml) or a .yaml path (default: quick)",
+    )
+    ru.add_argument(
+        "--run-dir", type=Path, default=None, help="output folder (default runs/cl-baselines-<preset>)"
+    )
+    ru.add_argument(
+        "--methods", default=None, help="comma-separated methods, e.g. sgd,adam,ewc,si,replay,joint"
+    )
+    ru.add_argument("--budget", choices=["fewshot", "full"], default=None, help="one data budget only")
+    ru.add_argument(
+        "--resume", action="store_true", help="continue the run in --run-dir (finished cells are kept)"
+    )
+    _add_force(ru, "start over in a --run-dir that holds a run (its cells and results are replaced)")
+    ru.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. runs=3")
+    co = verbs.add_parser("compare", help="ACL models and a baselines run in one table per scenario")
+    co.add_argument("run_dir", type=Path, help="a finished `cl-baselines run` folder")
+    co.add_argument(
+        "--acl",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="ACL run or export folders (e.g. pretrained/acl-5task-class)",
+    )
+    co.add_argument("--out", type=Path, required=True, help="output folder (comparison.md, plots/)")
+    _add_force(co, "write into an --out folder that holds other files")
+
+
+def _run_cl_baselines(args: argparse.Namespace) -> None:
+    from fastweights.config import load_config, preset_path
+    from fastweights.recipes.common import command_line
+
+    if args.verb == "compare":
+        from fastweights.recipes.cl_baselines_compare import compare
+
+        res = compare(args.run_dir, list(args.acl), args.out, force=args.force, command=command_line())
+        print(res["markdown"])
+        print(f"comparison: {args.out / 'comparison.md'}")
+        return
+    from fastweights.recipes.cl_baselines import run
+    from fastweights.recipes.cl_baselines_config import BaselinesConfig
+
+    overrides = list(args.overrides)
+    if args.methods is not None:
+        overrides.append(f"methods=[{args.methods}]")
+    if args.budget is not None:
+        overrides.append(f"budgets=[{args.budget}]")
+    path = preset_path("cl_baselines", args.preset)
+    cfg = load_config(BaselinesConfig, path, overrides)
+    run_dir = args.run_dir or Path("runs") / f"cl-baselines-{path.stem}"
+    run(cfg, run_dir, resume=args.resume, force=args.force, command=command_line(), overrides=overrides)
+    print(f"report: {run_dir / 'report.md'}")
 
 
 def _add_train_eval(verbs: argparse._SubParsersAction, name: str, preset: str, *, eval_example: str) -> None:
@@ -241,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return _guarded(lambda: _run_recipe(args))
+    return _guarded(lambda: _run_cl_baselines(args) if args.recipe == "cl-baselines" else _run_recipe(args))
 
 
 def _guarded(fn: Callable[[], None]) -> int:

@@ -1,0 +1,342 @@
+"""``fastweights cl-baselines run``: classic continual-learning baselines on the split streams of the ACL
+evaluation (issue "Classic continual-learning baselines in the same harness"; the ACL paper's comparison,
+Irie et al. 2025, Table 3, whose baseline rows come from Hsu et al. 2018).
+
+For every benchmark × scenario variant × budget × method (one *cell*):
+
+1. the training settings (epochs, batch size, learning rate) are chosen per optimizer by fine-tuning on
+   the benchmark's validation copy (held-out *training* images as queries; ``search.runs`` runs per grid
+   point, score = mean ACC) — once per benchmark × variant × budget × optimizer;
+2. the method's hyper-parameters (``search.grids``) are chosen the same way with those settings;
+3. the chosen method is trained on ``runs`` runs of the test stream (few-shot run ``r``: the ``r``-th
+   block of ``data.k_shot`` demonstrations per class, as for ACL; seed ``seed * 1000 + r`` for the
+   learner's initialisation and the mini-batch order) and summarised by
+   :func:`fastweights.cl.metrics.summarize_runs` (ACC, BWT, forgetting, learning accuracy; mean ± std).
+
+Each cell is written atomically to ``<run_dir>/cells/<benchmark>/<variant>/<budget>/<method>.json`` as it
+completes; ``--resume`` skips the cells already there (every cell is deterministic for its seed, so a
+resumed run gives the same numbers as an uninterrupted one; only the recorded ``seconds`` differ).
+``results.json``, ``report.md`` and ``plots/`` are written at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastweights.cl.baselines import STRATEGIES
+from fastweights.cl.baselines.learners import build_learner
+from fastweights.cl.baselines.trainer import TrainSettings, fit_stream
+from fastweights.cl.metrics import average_accuracy, summarize_runs
+from fastweights.config import config_to_yaml, load_run_config
+from fastweights.io import atomic_write_json, atomic_write_text
+from fastweights.recipes.cl_baselines_config import (
+    BaselinesConfig,
+    method_optimizer,
+    method_strategy,
+)
+from fastweights.recipes.cl_baselines_data import BENCHMARK_NAMES, Streams, load_benchmark, n_outputs
+from fastweights.train.run_folder import (
+    RunFolderError,
+    folder_contents,
+    remove_stale_temporaries,
+    run_lock,
+)
+
+__all__ = ["run", "grid_points", "run_seed", "fit_runs", "cell_path", "RESUME_OVERRIDABLE"]
+
+log = logging.getLogger(__name__)
+
+#: config keys a ``--resume`` may change (they do not change any number)
+RESUME_OVERRIDABLE = ("threads",)
+_OUTPUTS = ("cells", "results.json", "report.md", "plots")
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of a ``{name: [values]}`` grid, in the grid's key order (``[{}]`` for ``{}``)."""
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def run_seed(cfg: BaselinesConfig, run: int) -> int:
+    """The seed of run ``run`` (initialisation and mini-batch order): ``cfg.seed * 1000 + run``; the same
+    for every method, so methods are compared on the same initialisations."""
+    return cfg.seed * 1000 + run
+
+
+def fit_runs(
+    cfg: BaselinesConfig,
+    streams: Streams,
+    *,
+    variant: str,
+    budget: str,
+    method: str,
+    settings: TrainSettings,
+    hparams: dict[str, Any],
+    runs: int,
+    validation: bool = False,
+) -> list[np.ndarray]:
+    """The accuracy matrices ``[T, T]`` of ``runs`` runs of one method (a fresh learner and strategy per
+    run). Raises ``ValueError`` naming ``search.grids.<method>`` for a hyper-parameter the strategy
+    refuses."""
+    data = streams.data
+    out = []
+    for r in range(runs):
+        tasks = streams.get(variant, budget, r, validation)
+        seed = run_seed(cfg, r)
+        torch.manual_seed(seed)
+        model = build_learner(
+            cfg.learner, channels=data.channels, image_size=cfg.data.image_size, n_out=n_outputs(variant)
+        )
+        try:
+            strategy = STRATEGIES[method_strategy(method)](**hparams)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"search.grids.{method}: {err}") from None
+        out.append(fit_stream(model, tasks, strategy, settings, seed=seed))
+    return out
+
+
+def _score(matrices: list[np.ndarray]) -> float:
+    return float(np.mean([average_accuracy(R) for R in matrices]))
+
+
+def cell_path(run_dir: Path, benchmark: str, variant: str, budget: str, name: str) -> Path:
+    """Where one cell's JSON lives in a run folder."""
+    return Path(run_dir) / "cells" / benchmark / variant / budget / f"{name}.json"
+
+
+def _cached(path: Path, compute: Any) -> dict[str, Any]:
+    """The cell at ``path`` if a previous (killed) run wrote it, else ``compute()`` written atomically."""
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            log.warning("%s is damaged; recomputing it", path)
+    start = time.perf_counter()
+    cell = compute()
+    cell["seconds"] = round(time.perf_counter() - start, 2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, cell)
+    return cell
+
+
+def _settings_cell(cfg: BaselinesConfig, streams: Streams, variant: str, budget: str, optimizer: str) -> dict:
+    grid = getattr(cfg.train, budget)
+    lrs = grid.lr if optimizer == "adam" else grid.sgd_lr
+    table = []
+    for epochs, batch_size, lr in itertools.product(grid.epochs, grid.batch_size, lrs):
+        settings = TrainSettings(optimizer=optimizer, lr=lr, epochs=epochs, batch_size=batch_size)
+        if len(grid.epochs) * len(grid.batch_size) * len(lrs) == 1:
+            table.append({"settings": vars(settings), "val_ACC": None})
+            break
+        method = optimizer  # fine-tuning with that optimizer ("sgd" / "adam" rows)
+        mats = fit_runs(
+            cfg,
+            streams,
+            variant=variant,
+            budget=budget,
+            method=method,
+            settings=settings,
+            hparams={},
+            runs=cfg.search.runs,
+            validation=True,
+        )
+        table.append({"settings": vars(settings), "val_ACC": _score(mats)})
+    best = max(table, key=lambda row: -1.0 if row["val_ACC"] is None else row["val_ACC"])
+    return {"optimizer": optimizer, "best": best["settings"], "search": table}
+
+
+def _method_cell(
+    cfg: BaselinesConfig, streams: Streams, variant: str, budget: str, method: str, settings: TrainSettings
+) -> dict[str, Any]:
+    points = grid_points(cfg.search.grids.get(method, {}))
+    search = []
+    if len(points) > 1:
+        for hp in points:
+            mats = fit_runs(
+                cfg,
+                streams,
+                variant=variant,
+                budget=budget,
+                method=method,
+                settings=settings,
+                hparams=hp,
+                runs=cfg.search.runs,
+                validation=True,
+            )
+            search.append({"hparams": hp, "val_ACC": _score(mats)})
+        hparams = max(search, key=lambda row: row["val_ACC"])["hparams"]
+    else:
+        hparams = points[0]
+    mats = fit_runs(
+        cfg,
+        streams,
+        variant=variant,
+        budget=budget,
+        method=method,
+        settings=settings,
+        hparams=hparams,
+        runs=cfg.runs,
+    )
+    strategy = STRATEGIES[method_strategy(method)](**hparams)
+    return {
+        "method": method,
+        "strategy": method_strategy(method),
+        "settings": vars(settings),
+        "hparams": strategy.hparams(),
+        "search": search,
+        "test": summarize_runs(mats),
+        "R_runs": [R.tolist() for R in mats],
+    }
+
+
+def _cells(
+    cfg: BaselinesConfig, run_dir: Path, bench: str, streams: Streams, variant: str, budget: str
+) -> dict[str, Any]:
+    """Every method of one benchmark × variant × budget (training settings searched first)."""
+    key = f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}"
+    settings = {}
+    for opt in sorted({method_optimizer(m, cfg.train.optimizer) for m in cfg.methods}):
+        log.info("%s: training settings for %s", key, opt)
+        found = _cached(
+            cell_path(run_dir, bench, variant, budget, f"_settings-{opt}"),
+            functools.partial(_settings_cell, cfg, streams, variant, budget, opt),
+        )
+        settings[opt] = TrainSettings(**found["best"])
+    row = {}
+    for method in cfg.methods:
+        s = settings[method_optimizer(method, cfg.train.optimizer)]
+        row[method] = _cached(
+            cell_path(run_dir, bench, variant, budget, method),
+            functools.partial(_method_cell, cfg, streams, variant, budget, method, s),
+        )
+        log.info("%s: %s ACC %.1f", key, method, 100 * row[method]["test"]["ACC"]["mean"])
+    return row
+
+
+def _prepare(
+    cfg: BaselinesConfig,
+    run_dir: Path,
+    *,
+    resume: bool,
+    force: bool,
+    command: str | None,
+    overrides: list[str],
+) -> BaselinesConfig:
+    """Check the run folder (holding its lock) and write ``config.yaml`` / ``command.txt``."""
+    remove_stale_temporaries(run_dir)
+    markers, others = folder_contents(run_dir)
+    config_path = run_dir / "config.yaml"
+    continuing = resume and bool(markers)
+    if continuing:
+        if not config_path.is_file():
+            raise RunFolderError(
+                f"run_dir: cannot --resume {run_dir}: it has {', '.join(markers)} but no config.yaml"
+            )
+        saved = load_run_config(BaselinesConfig, config_path)
+        changed = [o.split("=", 1)[0] for o in overrides if o.split("=", 1)[0] not in RESUME_OVERRIDABLE]
+        if changed:
+            raise ValueError(
+                f"overrides: --resume may change only {list(RESUME_OVERRIDABLE)} (the numbers of a run "
+                f"come from its config.yaml), given {changed}"
+            )
+        saved.threads = cfg.threads
+        cfg = saved
+    elif markers and not force:
+        raise FileExistsError(
+            f"run_dir: {run_dir} already holds a run ({', '.join(markers)}); pass --resume to continue it, "
+            "--force to start over, or choose another folder"
+        )
+    elif others and not force:
+        raise RunFolderError(
+            f"run_dir: {run_dir} is not empty ({', '.join(others[:5])}); choose a new or empty folder, "
+            "or pass --force to write into it"
+        )
+    if force and not continuing:
+        for name in _OUTPUTS:
+            path = run_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(config_path, config_to_yaml(cfg))
+    if command:
+        path = run_dir / "command.txt"
+        previous = path.read_text() if continuing and path.exists() else ""
+        atomic_write_text(path, previous + command + "\n")
+    return cfg
+
+
+def _check_data(cfg: BaselinesConfig) -> dict[str, Streams]:
+    """Every benchmark loaded (and its validation copy carved) before anything is trained."""
+    out = {}
+    for name in cfg.data.benchmarks:
+        data = load_benchmark(cfg.data, name)
+        if cfg.learner == "conv4" and data.image_size % 16:
+            raise ValueError(
+                f"data.image_size: expected a multiple of 16 for learner conv4, got {data.image_size}"
+            )
+        out[name] = Streams(data, cfg.data, cfg.search.val_fraction)
+    for method in cfg.methods:  # a bad grid value fails now, not after an hour of training
+        for hp in grid_points(cfg.search.grids.get(method, {})):
+            try:
+                STRATEGIES[method_strategy(method)](**hp)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"search.grids.{method}: {err}") from None
+    return out
+
+
+def run(
+    cfg: BaselinesConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    command: str | None = None,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:
+    """Measure every cell of ``cfg`` into ``run_dir``; returns the results (also ``results.json``).
+
+    Raises:
+        FileExistsError: ``run_dir`` holds a run and neither ``resume`` nor ``force`` is given.
+        RunFolderError: ``run_dir`` holds other files (without ``force``), is locked by another process,
+            or cannot be resumed.
+        ValueError / FileNotFoundError: bad config values, missing data (naming the key / folder).
+    """
+    from fastweights.recipes.cl_baselines_report import write_report
+
+    run_dir = Path(run_dir)
+    missing = [m for m in cfg.methods if method_strategy(m) not in STRATEGIES]
+    if missing:
+        raise ValueError(f"methods: {missing} are not available in this build (have {sorted(STRATEGIES)})")
+    with run_lock(run_dir):
+        cfg = _prepare(cfg, run_dir, resume=resume, force=force, command=command, overrides=overrides or [])
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        all_streams = _check_data(cfg)
+        cells: dict[str, Any] = {}
+        for bench, streams in all_streams.items():
+            for variant in cfg.scenarios:
+                for budget in cfg.budgets:
+                    key = f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}"
+                    cells[key] = _cells(cfg, run_dir, bench, streams, variant, budget)
+        results = {"config": json.loads(json.dumps(_plain(cfg))), "cells": cells}
+        atomic_write_json(run_dir / "results.json", results)
+        write_report(results, run_dir)
+    return results
+
+
+def _plain(cfg: BaselinesConfig) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg))  # type: ignore[return-value]
