@@ -27,6 +27,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,9 +232,13 @@ def _prepare(
     force: bool,
     command: str | None,
     overrides: list[str],
+    check: Callable[[BaselinesConfig], None],
 ) -> BaselinesConfig:
-    """Check the run folder (holding its lock) and write ``config.yaml`` / ``command.txt``."""
+    """Check the run folder (holding its lock), run ``check(cfg)`` (data and grids) before anything is
+    written, then write ``config.yaml`` / ``command.txt``."""
     remove_stale_temporaries(run_dir)
+    for tmp in (run_dir / "cells").glob("**/.*.tmp"):  # cells of a killed run's atomic writes
+        tmp.unlink(missing_ok=True)
     markers, others = folder_contents(run_dir)
     config_path = run_dir / "config.yaml"
     continuing = resume and bool(markers)
@@ -261,6 +266,7 @@ def _prepare(
             f"run_dir: {run_dir} is not empty ({', '.join(others[:5])}); choose a new or empty folder, "
             "or pass --force to write into it"
         )
+    check(cfg)
     if force and not continuing:
         for name in _OUTPUTS:
             path = run_dir / name
@@ -320,10 +326,19 @@ def run(
     if missing:
         raise ValueError(f"methods: {missing} are not available in this build (have {sorted(STRATEGIES)})")
     with run_lock(run_dir):
-        cfg = _prepare(cfg, run_dir, resume=resume, force=force, command=command, overrides=overrides or [])
+        loaded: dict[str, dict[str, Streams]] = {}
+        cfg = _prepare(
+            cfg,
+            run_dir,
+            resume=resume,
+            force=force,
+            command=command,
+            overrides=overrides or [],
+            check=lambda c: loaded.update(streams=_check_data(c)),
+        )
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        all_streams = _check_data(cfg)
+        all_streams = loaded["streams"]
         cells: dict[str, Any] = {}
         for bench, streams in all_streams.items():
             for variant in cfg.scenarios:
