@@ -34,6 +34,7 @@ __all__ = [
     "forward_transfer",
     "forgetting",
     "learning_accuracy",
+    "matrix_to_json",
     "summarize_runs",
 ]
 
@@ -182,8 +183,8 @@ def learning_accuracy(R: Any) -> float:
     return float(np.mean(np.diag(arr)))
 
 
-def _to_nested(arr: np.ndarray) -> list[list[float | None]]:
-    """Matrix → nested lists with NaN replaced by None (strict-JSON safe)."""
+def matrix_to_json(arr: np.ndarray) -> list[list[float | None]]:
+    """Matrix ``[T, T]`` → nested lists of floats with NaN replaced by None (strict-JSON safe)."""
     return [[None if not math.isfinite(v) else float(v) for v in row] for row in arr.tolist()]
 
 
@@ -218,8 +219,8 @@ def summarize_runs(matrices: Sequence[np.ndarray]) -> dict[str, Any]:
         raise ValueError(f"matrices: expected the same shape for every run, given {sorted(shapes)}")
     stack = np.stack(arrs)
     return {
-        "R": _to_nested(stack.mean(axis=0)),
-        "R_std": _to_nested(stack.std(axis=0)),
+        "R": matrix_to_json(stack.mean(axis=0)),
+        "R_std": matrix_to_json(stack.std(axis=0)),
         "ACC": _stats([average_accuracy(a) for a in arrs]),
         "BWT": _stats([backward_transfer(a) for a in arrs]),
         "forgetting": _stats([forgetting(a) for a in arrs]),

@@ -37,7 +37,7 @@ import torch
 from fastweights.cl.baselines import STRATEGIES
 from fastweights.cl.baselines.learners import build_learner
 from fastweights.cl.baselines.trainer import TrainSettings, fit_stream
-from fastweights.cl.metrics import average_accuracy, summarize_runs
+from fastweights.cl.metrics import average_accuracy, matrix_to_json, summarize_runs
 from fastweights.config import config_to_yaml, load_run_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.recipes.cl_baselines_config import (
@@ -102,7 +102,7 @@ def fit_runs(
             strategy = STRATEGIES[method_strategy(method)](**hparams)
         except (TypeError, ValueError) as err:
             raise ValueError(f"search.grids.{method}: {err}") from None
-        out.append(fit_stream(model, tasks, strategy, settings, seed=seed))
+        out.append(fit_stream(model, tasks, strategy, settings, seed=seed, upper=False))
     return out
 
 
@@ -135,7 +135,9 @@ def _settings_cell(cfg: BaselinesConfig, streams: Streams, variant: str, budget:
     lrs = grid.lr if optimizer == "adam" else grid.sgd_lr
     table = []
     for epochs, batch_size, lr in itertools.product(grid.epochs, grid.batch_size, lrs):
-        settings = TrainSettings(optimizer=optimizer, lr=lr, epochs=epochs, batch_size=batch_size)
+        settings = TrainSettings(
+            optimizer=optimizer, lr=lr, epochs=epochs, batch_size=batch_size, min_steps=grid.min_steps
+        )
         if len(grid.epochs) * len(grid.batch_size) * len(lrs) == 1:
             table.append({"settings": vars(settings), "val_ACC": None})
             break
@@ -196,7 +198,7 @@ def _method_cell(
         "hparams": strategy.hparams(),
         "search": search,
         "test": summarize_runs(mats),
-        "R_runs": [R.tolist() for R in mats],
+        "R_runs": [matrix_to_json(R) for R in mats],
     }
 
 

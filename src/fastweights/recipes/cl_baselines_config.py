@@ -102,8 +102,12 @@ class TrainGrid:
     batch_size: list[int] = field(default_factory=lambda: [128])
     lr: list[float] = field(default_factory=lambda: [1e-3])  # Adam
     sgd_lr: list[float] = field(default_factory=lambda: [0.05])  # SGD (the "sgd" fine-tuning row)
+    #: at least this many optimizer steps per task (more epochs on small training sets, e.g. Digits' 180
+    #: images per task); 0 = exactly ``epochs``
+    min_steps: int = 0
 
     def __post_init__(self) -> None:
+        check_int("min_steps", self.min_steps, low=0)
         for key in ("epochs", "batch_size", "lr", "sgd_lr"):
             values = getattr(self, key)
             if not values:

@@ -147,7 +147,8 @@ def _settings_rows(cells: Mapping[str, Any]) -> list[list[str]]:
                 [
                     key,
                     method_title(m),
-                    f"{s['optimizer']} lr={s['lr']:g} epochs={s['epochs']} batch={s['batch_size']}",
+                    f"{s['optimizer']} lr={s['lr']:g} epochs={s['epochs']} batch={s['batch_size']}"
+                    + (f" min_steps={s['min_steps']}" if s.get("min_steps") else ""),
                     hp or "—",
                     searched,
                 ]

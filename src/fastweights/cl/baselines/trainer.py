@@ -33,8 +33,9 @@ OPTIMIZERS = ("sgd", "adam")
 @dataclass(frozen=True)
 class TrainSettings:
     """How each task is trained: ``epochs`` passes over its training set in shuffled mini-batches of
-    ``batch_size`` (the last one smaller), with a fresh ``optimizer`` (``"sgd"`` or ``"adam"``, learning
-    rate ``lr``; SGD without momentum) for every task.
+    ``batch_size`` (the last one smaller) — more passes when needed to make at least ``min_steps``
+    optimizer steps (small training sets) — with a fresh ``optimizer`` (``"sgd"`` or ``"adam"``,
+    learning rate ``lr``; SGD without momentum) for every task.
 
     Raises:
         ValueError: naming the field for a bad value.
@@ -44,12 +45,19 @@ class TrainSettings:
     lr: float = 1e-3
     epochs: int = 1
     batch_size: int = 128
+    min_steps: int = 0
 
     def __post_init__(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_real("lr", self.lr, low=0.0, low_open=True)
         check_int("epochs", self.epochs)
         check_int("batch_size", self.batch_size)
+        check_int("min_steps", self.min_steps, low=0)
+
+    def passes(self, n: int) -> int:
+        """Passes over a training set of ``n`` examples: ``epochs``, or enough for ``min_steps`` steps."""
+        per_pass = -(-n // self.batch_size)
+        return max(self.epochs, -(-self.min_steps // max(per_pass, 1)))
 
     def make_optimizer(self, params: Sequence[nn.Parameter]) -> torch.optim.Optimizer:
         """A new optimizer over ``params``."""
@@ -116,7 +124,7 @@ def _train_task(
 ) -> None:
     optimizer = settings.make_optimizer([p for p in model.parameters() if p.requires_grad])
     model.train()
-    for _ in range(settings.epochs):
+    for _ in range(settings.passes(len(x))):
         order = torch.randperm(len(x), generator=generator)
         for i in range(0, len(x), settings.batch_size):
             idx = order[i : i + settings.batch_size]
@@ -137,9 +145,12 @@ def fit_stream(
     settings: TrainSettings,
     *,
     seed: int,
+    upper: bool = True,
 ) -> np.ndarray:
     """Train ``model`` on ``tasks`` in order with ``strategy``; return the accuracy matrix ``R``
-    float64 ``[T, T]`` (every entry measured, the upper triangle too).
+    float64 ``[T, T]``: every entry measured, or with ``upper=False`` only ``j <= i`` (NaN above the
+    diagonal — tasks not trained on yet, needed only for forward transfer; 40% fewer test passes at
+    T = 5).
 
     Deterministic for a given ``seed`` (mini-batch order and any sampling of the strategy use one
     ``torch.Generator`` seeded with it; build ``model`` under ``torch.manual_seed`` for a deterministic
@@ -152,7 +163,7 @@ def fit_stream(
         raise ValueError("tasks: expected at least one task, given none")
     generator = torch.Generator().manual_seed(int(seed))
     T = len(tasks)
-    R = np.zeros((T, T), dtype=np.float64)
+    R = np.full((T, T), np.nan, dtype=np.float64)
     for t, task in enumerate(tasks):
         x, y = strategy.train_data(t, task.x, task.y)
         if len(x) == 0:
@@ -160,5 +171,6 @@ def fit_stream(
         strategy.before_task(model, t, x, y)
         _train_task(model, strategy, t, x, y, settings, generator)
         strategy.after_task(model, t, x, y)
-        R[t] = [accuracy(model, q.query_x, q.query_y) for q in tasks]
+        seen = tasks if upper else tasks[: t + 1]
+        R[t, : len(seen)] = [accuracy(model, q.query_x, q.query_y) for q in seen]
     return R
