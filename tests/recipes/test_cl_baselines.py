@@ -28,6 +28,7 @@ from fastweights.train.run_folder import RunFolderError
 def tiny_config(**kw) -> BaselinesConfig:
     base = dict(
         name="tiny",
+        threads=1,
         methods=["sgd", "l2"],
         runs=2,
         scenarios=["domain", "class-2task"],
@@ -149,6 +150,12 @@ def test_same_seed_same_numbers_and_methods_share_initialisations(finished, tmp_
     assert _numbers(again) == _numbers(full)
 
 
+def test_worker_processes_give_the_same_numbers(finished, tmp_path):
+    _, full = finished
+    parallel = cb.run(tiny_config(workers=2), tmp_path / "parallel")
+    assert _numbers(parallel) == _numbers(full)
+
+
 def test_run_folder_safety(finished, tmp_path):
     run_dir, _ = finished
     with pytest.raises(FileExistsError, match="--resume"):
@@ -159,7 +166,7 @@ def test_run_folder_safety(finished, tmp_path):
     with pytest.raises(RunFolderError, match="not empty"):
         cb.run(tiny_config(), other)
     assert (other / "notes.txt").read_text() == "mine"
-    with pytest.raises(ValueError, match=r"--resume may change only \['threads'\]"):
+    with pytest.raises(ValueError, match=r"--resume may change only \[.threads., .workers.\]"):
         cb.run(tiny_config(), run_dir, resume=True, overrides=["runs=3"])
 
 

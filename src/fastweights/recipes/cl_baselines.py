@@ -58,7 +58,7 @@ __all__ = ["run", "grid_points", "run_seed", "fit_runs", "cell_path", "RESUME_OV
 log = logging.getLogger(__name__)
 
 #: config keys a ``--resume`` may change (they do not change any number)
-RESUME_OVERRIDABLE = ("threads",)
+RESUME_OVERRIDABLE = ("threads", "workers")
 _OUTPUTS = ("cells", "results.json", "report.md", "plots")
 
 
@@ -256,7 +256,7 @@ def _prepare(
                 f"overrides: --resume may change only {list(RESUME_OVERRIDABLE)} (the numbers of a run "
                 f"come from its config.yaml), given {changed}"
             )
-        saved.threads = cfg.threads
+        saved.threads, saved.workers = cfg.threads, cfg.workers
         cfg = saved
     elif markers and not force:
         raise FileExistsError(
@@ -304,6 +304,47 @@ def _check_data(cfg: BaselinesConfig) -> dict[str, Streams]:
     return out
 
 
+_STREAMS: dict[tuple[str, str, float], Streams] = {}  # the benchmarks this process has loaded
+
+
+def _worker_init(threads: int, configure_logging: bool = True) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+    if configure_logging:  # a spawned worker starts without the CLI's logging setup
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _job(cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str) -> dict[str, Any]:
+    """Every cell of one benchmark × variant × budget (in this process or a worker)."""
+    key = _streams_key(cfg, bench)
+    if key not in _STREAMS:
+        _STREAMS[key] = Streams(load_benchmark(cfg.data, bench), cfg.data, cfg.search.val_fraction)
+    return _cells(cfg, run_dir, bench, _STREAMS[key], variant, budget)
+
+
+def _streams_key(cfg: BaselinesConfig, bench: str) -> tuple[str, str, float]:
+    return bench, repr(cfg.data), cfg.search.val_fraction
+
+
+def _parallel(cfg: BaselinesConfig, run_dir: Path, jobs: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """:func:`_job` of every job in ``cfg.workers`` spawned processes (``cfg.threads`` torch threads each);
+    the full-budget jobs start first (the longest). Results in the order of ``jobs``."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][2] != "full")
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init, initargs=(cfg.threads,))
+    try:
+        futures = {i: pool.submit(_job, cfg, run_dir, *jobs[i]) for i in order}
+        rows = [futures[i].result() for i in range(len(jobs))]
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return rows
+
+
 def run(
     cfg: BaselinesConfig,
     run_dir: Path,
@@ -338,15 +379,18 @@ def run(
             overrides=overrides or [],
             check=lambda c: loaded.update(streams=_check_data(c)),
         )
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        all_streams = loaded["streams"]
-        cells: dict[str, Any] = {}
-        for bench, streams in all_streams.items():
-            for variant in cfg.scenarios:
-                for budget in cfg.budgets:
-                    key = f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}"
-                    cells[key] = _cells(cfg, run_dir, bench, streams, variant, budget)
+        jobs = [(b, v, g) for b in cfg.data.benchmarks for v in cfg.scenarios for g in cfg.budgets]
+        if cfg.workers == 1:
+            _worker_init(cfg.threads, configure_logging=False)
+            _STREAMS.update({_streams_key(cfg, b): st for b, st in loaded.pop("streams").items()})
+            try:
+                rows = [_job(cfg, run_dir, *job) for job in jobs]
+            finally:
+                _STREAMS.clear()
+        else:
+            loaded.clear()  # each worker loads the data it needs
+            rows = _parallel(cfg, run_dir, jobs)
+        cells = {f"{BENCHMARK_NAMES[b]}/{v}/{g}": row for (b, v, g), row in zip(jobs, rows, strict=True)}
         results = {"config": json.loads(json.dumps(_plain(cfg))), "cells": cells}
         atomic_write_json(run_dir / "results.json", results)
         write_report(results, run_dir)

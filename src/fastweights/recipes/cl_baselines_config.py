@@ -161,7 +161,10 @@ class BaselinesConfig:
     budgets: list[str] = field(default_factory=lambda: list(BUDGETS))
     runs: int = 10  # evaluation runs (the r-th block of demonstrations / the r-th seed)
     seed: int = 0  # run r initialises and shuffles with seed * 1000 + r
-    threads: int = 0  # torch threads (0 = torch's default)
+    threads: int = 0  # torch threads per process (0 = torch's default)
+    #: processes measuring cells in parallel (one benchmark × scenario × budget each); the numbers do not
+    #: depend on it
+    workers: int = 1
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
@@ -176,3 +179,4 @@ class BaselinesConfig:
         check_int("runs", self.runs)
         check_int("seed", self.seed, low=0)
         check_int("threads", self.threads, low=0)
+        check_int("workers", self.workers)
