@@ -75,7 +75,7 @@ def test_penalty_is_the_tempered_kl_to_the_teacher():
     for i in range(5):
         pt, ps = torch.softmax(teacher[i] / 3, -1), torch.softmax(logits[i].detach() / 3, -1)
         want += float((pt * (pt.log() - ps.log())).sum())
-    assert float(pen) == pytest.approx(0.7 * 9 * want / 5, rel=1e-4)
+    assert pen.item() == pytest.approx(0.7 * 9 * want / 5, rel=1e-4)
     pen.backward()
     assert all(p.grad is not None for p in model.parameters())
     assert all(p.grad is None for p in strategy.teacher.parameters())
