@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastweights.cl.baselines.agem import AGEM
 from fastweights.cl.baselines.memory import Memory, per_class_choice
+from fastweights.cl.baselines.replay import Replay
 
 
 def offered(n, start=0):
@@ -66,3 +68,17 @@ def test_per_class_choice():
     idx = per_class_choice(y, 2, torch.Generator().manual_seed(0))
     assert len(set(idx.tolist())) == len(idx) == 5
     assert sorted(y[idx].tolist()) == [0, 0, 1, 1, 2]
+
+
+def test_rehearsal_needs_the_trainers_generator():
+    x, y = offered(4)
+    with pytest.raises(RuntimeError, match=r"generator: expected batch\(\) to have been called"):
+        AGEM().after_task(None, 0, x, y)
+    strategy = Replay(per_class=1)
+    g = torch.Generator().manual_seed(0)
+    strategy.batch(0, x, y, g)
+    assert strategy.generator is g
+    strategy.after_task(None, 0, x, y)
+    assert len(strategy.memory) == 4  # four labels, one slot each
+    strategy.before_task(None, 0, x, y)  # a new stream empties the memory
+    assert len(strategy.memory) == 0 and strategy.classes_seen == 0

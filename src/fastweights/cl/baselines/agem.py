@@ -30,8 +30,9 @@ class AGEM(Rehearsal):
     """A-GEM with an episodic memory of ``per_class`` examples per class of every past task.
 
     - Memory: at the end of each task, ``per_class`` training examples of each of its labels chosen at
-      random (all of them if fewer) are added (Chaudhry et al. 2019, §5: a fixed number of examples per
-      class, chosen at random); while task ``t`` is trained it holds examples of tasks ``< t``.
+      random (all of them if fewer) are added — the paper fills its memory with random examples of each
+      task; its size is counted per class here, like replay's; while task ``t`` is trained the memory
+      holds examples of tasks ``< t`` only.
     - Step (tasks ``t > 0``): after ``backward()``, the reference gradient ``g_ref`` of the mean
       cross-entropy on ``min(memory_batch, len(memory))`` distinct memory examples (drawn with the
       trainer's generator; ``torch.autograd.grad``, so the mini-batch's gradients in ``p.grad`` are left
@@ -41,7 +42,7 @@ class AGEM(Rehearsal):
 
     Args:
         per_class: memory examples per class of each past task (int >= 1).
-        memory_batch: memory examples per reference gradient (int >= 1; 256 in the paper).
+        memory_batch: memory examples per reference gradient (int >= 1, default 256).
 
     Raises:
         ValueError: naming ``per_class`` / ``memory_batch`` unless each is an int >= 1.

@@ -1,6 +1,6 @@
 """Learning without Forgetting (Li & Hoiem 2017, "Learning without forgetting", §3, Eq. 2), the
 single-head variant of Hsu et al. 2018 ("Re-evaluating continual learning scenarios", Table 2) and van de
-Ven & Tolias 2019 ("Three scenarios for continual learning", §3): the model after the previous task is a
+Ven & Tolias 2019 ("Three scenarios for continual learning"): the model after the previous task is a
 frozen teacher whose softened outputs on the current inputs the learner must keep reproducing."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Episodic memories of the rehearsal baselines (experience replay, A-GEM): a store of past training
-examples and the two ways of filling it — reservoir sampling (Vitter 1985, Algorithm R; Chaudhry et al.
-2019, "On tiny episodic memories in continual learning", §3) and a per-class random choice (Chaudhry
-et al. 2019, "Efficient lifelong learning with A-GEM", §5)."""
+examples and the two ways of filling it — reservoir sampling (Vitter 1985, "Random sampling with a
+reservoir", Algorithm R; used for replay by Chaudhry et al. 2019, "On tiny episodic memories in continual
+learning") and a random choice of a fixed number of examples per class."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Experience replay ("naive rehearsal" of Hsu et al. 2018, "Re-evaluating continual learning
-scenarios", §4, Table 2): a reservoir-sampled memory of past examples (Vitter 1985, Algorithm R;
-Chaudhry et al. 2019, "On tiny episodic memories in continual learning", §3 and Alg. 1) mixed into every
-mini-batch of the later tasks."""
+scenarios", Table 2): a reservoir-sampled memory of past examples (Vitter 1985, Algorithm R; Chaudhry et
+al. 2019, "On tiny episodic memories in continual learning") mixed into every mini-batch of the later
+tasks."""
 
 from __future__ import annotations
 
