@@ -5,7 +5,13 @@ import pytest
 
 from fastweights.data.sources.base import ClassPool, LabeledImages, SplitDataset
 from fastweights.data.sources.digits import load_digits_split
-from fastweights.data.streams import pool_split_tasks, split_benchmark
+from fastweights.data.streams import (
+    SPLIT_PAIRS,
+    holdout_pool,
+    holdout_split,
+    pool_split_tasks,
+    split_benchmark,
+)
 
 
 def make_ds(n_train=200, n_test=50, seed=0) -> SplitDataset:
@@ -193,3 +199,102 @@ def test_pool_split_errors(kw, match):
         pool_split_tasks(make_pool(), **{"run": 0, **POOL_KW, **kw})
     with pytest.raises(ValueError, match="pool: expected a ClassPool, given SplitDataset"):
         pool_split_tasks(make_ds(), run=0, **POOL_KW)
+
+
+def test_full_budget_takes_every_train_image_of_the_group_in_dataset_order():
+    ds = make_ds()
+    for scenario in ("domain", "class"):
+        tasks = split_benchmark(ds, k_shot=None, run=0, scenario=scenario)
+        again = split_benchmark(ds, k_shot=None, run=7, scenario=scenario)  # run ignored
+        for t, a, (c0, c1) in zip(tasks, again, SPLIT_PAIRS, strict=True):
+            want = np.flatnonzero(np.isin(ds.train.labels, [c0, c1]))
+            np.testing.assert_array_equal(index_of(t.support_images), want)
+            labels = ds.train.labels[want]
+            np.testing.assert_array_equal(
+                t.support_labels, (labels == c1) if scenario == "domain" else labels
+            )
+            np.testing.assert_array_equal(
+                index_of(t.query_images), np.flatnonzero(np.isin(ds.test.labels, [c0, c1]))
+            )
+            np.testing.assert_array_equal(a.support_images, t.support_images)
+            assert t.support_labels.dtype == np.int64
+    assert sum(len(t.support_labels) for t in tasks) == len(ds.train)
+
+
+def test_pool_split_full_budget_takes_every_non_query_example():
+    pool = make_pool()
+    kw = {**POOL_KW, "k_shot": None}
+    tasks = pool_split_tasks(pool, run=0, **kw)
+    fewshot = pool_split_tasks(pool, run=0, **POOL_KW)
+    for t, f in zip(tasks, fewshot, strict=True):
+        cls, ex = ids(t.support_images)
+        qc, _ = ids(t.query_images)
+        a, b = qc[0], qc[-1]
+        np.testing.assert_array_equal(cls, [a, b] * 6)  # shot-major, the 10 − 4 non-query examples
+        np.testing.assert_array_equal(ex, np.repeat(np.arange(6), 2))
+        np.testing.assert_array_equal(t.support_labels, [0, 1] * 6)
+        assert t.name == f.name and np.array_equal(t.query_images, f.query_images)
+    np.testing.assert_array_equal(
+        pool_split_tasks(pool, run=3, **kw)[1].support_images, tasks[1].support_images
+    )
+
+
+def make_marked_ds() -> SplitDataset:
+    """:func:`make_ds` with pixel (1, 0) = 1 on every test image (train 0)."""
+    ds = make_ds()
+    test = ds.test.images.copy()
+    test[:, 1, 0] = 1
+    return SplitDataset(ds.name, ds.train, LabeledImages(test, ds.test.labels), 10, ds.mean, ds.std)
+
+
+def test_holdout_split_carves_validation_from_train_only():
+    ds = make_marked_ds()
+    val = holdout_split(ds, per_class=3)
+    assert val.name == "toy (validation)" and (val.mean, val.std, val.num_classes) == (ds.mean, ds.std, 10)
+    assert len(val.test) == 30 and len(val.train) == len(ds.train) - 30
+    assert np.all(val.train.images[:, 1, 0] == 0) and np.all(val.test.images[:, 1, 0] == 0)  # no test image
+    train_idx, held_idx = index_of(val.train.images), index_of(val.test.images)
+    assert not set(train_idx) & set(held_idx)
+    assert sorted(np.concatenate([train_idx, held_idx]).tolist()) == list(range(len(ds.train)))
+    for c in range(10):
+        np.testing.assert_array_equal(
+            held_idx[val.test.labels == c], np.flatnonzero(ds.train.labels == c)[-3:]
+        )
+    np.testing.assert_array_equal(ds.train.labels[train_idx], val.train.labels)
+    tasks = split_benchmark(val, k_shot=None, run=0)  # the protocol runs unchanged on the copy
+    assert sum(len(t.query_labels) for t in tasks) == 30
+
+
+def test_holdout_pool_drops_the_query_examples():
+    pool = make_pool()
+    val = holdout_pool(pool, 4)
+    assert val.images.shape == (12, 6, 4, 4) and val.name == "toy (validation)"
+    assert val.class_names == pool.class_names and (val.mean, val.std) == (pool.mean, pool.std)
+    test_queries = set()
+    for t in pool_split_tasks(pool, run=0, **POOL_KW):
+        cls, ex = ids(t.query_images)
+        test_queries |= set(zip(cls.tolist(), ex.tolist(), strict=True))
+    for t in pool_split_tasks(val, run=0, **{**POOL_KW, "k_shot": 1, "n_query_per_class": 2}):
+        for images in (t.support_images, t.query_images):
+            cls, ex = ids(images)
+            assert np.all(ex < 6) and not test_queries & set(zip(cls.tolist(), ex.tolist(), strict=True))
+        np.testing.assert_array_equal(ids(t.query_images)[1], [4, 5, 4, 5])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: holdout_split(make_ds(), 0), "per_class: expected an int >= 1, given 0"),
+        (
+            lambda: holdout_split(make_ds(), 20),
+            r"per_class: expected fewer than the 20 train images of class 0",
+        ),
+        (lambda: holdout_split(make_pool(), 1), "ds: expected a SplitDataset, given ClassPool"),
+        (lambda: holdout_pool(make_pool(), 0), "n_query_per_class: expected an int >= 1, given 0"),
+        (lambda: holdout_pool(make_pool(), 9), r"n_query_per_class: expected <= 8 \(the pool's 10 examples"),
+        (lambda: holdout_pool(make_ds(), 1), "pool: expected a ClassPool, given SplitDataset"),
+    ],
+)
+def test_holdout_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

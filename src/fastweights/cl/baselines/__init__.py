@@ -5,12 +5,20 @@
 
 from __future__ import annotations
 
+from .agem import AGEM
 from .base import Finetune, Strategy
+from .joint import Joint
 from .l2 import L2
+from .lwf import LwF
+from .replay import Replay
 
 __all__ = ["STRATEGIES", "Strategy"]
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "finetune": Finetune,
     "l2": L2,
+    "lwf": LwF,
+    "replay": Replay,
+    "agem": AGEM,
+    "joint": Joint,
 }
