@@ -10,6 +10,7 @@ validation split carved from training data only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastweights.checks import check_choice, check_choices, check_int, check_ints, check_real
 from fastweights.cl.baselines.learners import LEARNERS
@@ -140,7 +141,7 @@ class SearchConfig:
     runs: int = 3  # demonstration draws / seeds per grid point
     val_fraction: float = 0.2  # of each class's training images, held out as validation queries
     #: method -> hyper-parameter -> values (every combination; one value = fixed, not searched)
-    grids: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    grids: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_int("runs", self.runs)
@@ -148,8 +149,12 @@ class SearchConfig:
         check_choices("grids", list(self.grids), METHODS, nonempty=False)
         for method, grid in self.grids.items():
             for name, values in grid.items():
-                if not values:
-                    raise ValueError(f"grids.{method}.{name}: expected at least one value, got []")
+                if not values or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) for v in values
+                ):
+                    raise ValueError(
+                        f"grids.{method}.{name}: expected a non-empty list of numbers, got {values!r}"
+                    )
 
 
 @dataclass
