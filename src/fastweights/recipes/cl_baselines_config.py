@@ -166,7 +166,9 @@ class BaselinesConfig:
     budgets: list[str] = field(default_factory=lambda: list(BUDGETS))
     runs: int = 10  # evaluation runs (the r-th block of demonstrations / the r-th seed)
     seed: int = 0  # run r initialises and shuffles with seed * 1000 + r
-    threads: int = 0  # torch threads per process (0 = torch's default)
+    #: torch threads per process (0 = torch's default). 1: these learners' matrices are small, and two
+    #: threads on a busy 2-core machine were measured 20x slower than one; use ``workers`` instead
+    threads: int = 1
     #: processes measuring cells in parallel (one benchmark × scenario × budget each); the numbers do not
     #: depend on it
     workers: int = 1
