@@ -6,11 +6,18 @@
 from __future__ import annotations
 
 from .base import Finetune, Strategy
+from .ewc import EWC, OnlineEWC
 from .l2 import L2
+from .mas import MAS
+from .si import SI
 
 __all__ = ["STRATEGIES", "Strategy"]
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "finetune": Finetune,
     "l2": L2,
+    "ewc": EWC,
+    "online_ewc": OnlineEWC,
+    "si": SI,
+    "mas": MAS,
 }
