@@ -71,3 +71,39 @@ def digits_domain_tasks() -> tuple[TaskTensors, ...]:
     ds = load_split_dataset("digits")
     tasks = split_benchmark(ds, k_shot=None, run=0, scenario="domain")
     return tuple(task_tensors(tasks, mean=ds.mean, std=ds.std, channels=1))
+
+
+def perturbed(model: nn.Module, delta: float) -> dict[str, Tensor]:
+    """Add ``delta`` to every parameter in place; return the offsets ``{name: θ − θ_before}``."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(delta)
+    return {n: torch.full_like(p, delta) for n, p in model.named_parameters()}
+
+
+def assert_one_line_error(make: Callable[[], object], match: str) -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match=match) as err:
+        make()
+    assert "\n" not in str(err.value)
+
+
+DIGITS_SETTINGS = TrainSettings(optimizer="adam", lr=1e-3, epochs=20, batch_size=64)
+
+
+def digits_acc_bwt(strategy: Strategy, seed: int = 0) -> tuple[float, float]:
+    """ACC and BWT of the 2 × 400 MLP trained on domain-incremental Split-Digits (full data, Adam
+    ``1e-3``, 20 epochs of batches of 64 per task) with ``strategy``."""
+    from fastweights.cl.metrics import average_accuracy, backward_transfer
+
+    torch.manual_seed(seed)
+    model = build_learner("mlp", channels=1, image_size=32, n_out=2)
+    R = fit_stream(model, digits_domain_tasks(), strategy, DIGITS_SETTINGS, seed=seed)
+    return average_accuracy(R), backward_transfer(R)
+
+
+@lru_cache(maxsize=1)
+def digits_finetune_acc_bwt() -> tuple[float, float]:
+    """:func:`digits_acc_bwt` of plain fine-tuning (same optimizer)."""
+    return digits_acc_bwt(Strategy())

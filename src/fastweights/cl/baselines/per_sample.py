@@ -3,7 +3,7 @@
 mini-batch gradient (Kirkpatrick et al. 2017, Eq. 3 and its supplement; Aljundi et al. 2018, Eq. 4).
 
 Each example is one ordinary forward and backward pass (a batch of one). Measured on this project's
-CPU for the 2 × 400 MLP and Conv-4 learners, that loop is 5–20× faster than the vectorised forms
+CPU for the 2 × 400 MLP and Conv-4 learners, that loop is about 8–20× faster than the vectorised forms
 (``torch.func.vmap(grad(...))`` over a ``functional_call``, or a backward batched over unit
 cotangents), and it holds one gradient at a time, not one per example; ``vmap`` also cannot
 run Conv-4, whose input check is data-dependent control flow.
