@@ -46,7 +46,7 @@ def fisher_diagonal(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
             probs = torch.cat([F.softmax(model(x[i : i + 256]), -1) for i in range(0, len(x), 256)])
         fisher: dict[str, Tensor] = {}
         for c in range(probs.shape[1]):
-            target = torch.full((len(x),), c, dtype=torch.long)
+            target = torch.full((len(x),), c, dtype=torch.long, device=x.device)
             part = mean_over_samples(model, x, target, _neg_log_prob, torch.square, weight=probs[:, c])
             fisher = accumulate(fisher or None, part)
     finally:

@@ -29,7 +29,7 @@ def output_sensitivity(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
     was = model.training
     model.eval()
     try:
-        dummy = torch.zeros(len(x), dtype=torch.long)
+        dummy = torch.zeros(len(x), dtype=torch.long, device=x.device)  # ||f(x)||² needs no label
         return mean_over_samples(model, x, dummy, _squared_norm, torch.abs)
     finally:
         model.train(was)

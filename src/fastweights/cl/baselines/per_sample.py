@@ -1,6 +1,6 @@
 """Per-sample gradients of a learner and their sample means: the importances of EWC (squared) and MAS
 (absolute values) are means over examples of a function of each example's own gradient, not of the
-mini-batch gradient (Kirkpatrick et al. 2017, Eq. 3 and its supplement; Aljundi et al. 2018, Eq. 4).
+mini-batch gradient (Kirkpatrick et al. 2017, Eq. 3; Aljundi et al. 2018, Eq. 4).
 
 Each example is one ordinary forward and backward pass (a batch of one). Measured on this project's
 CPU for the 2 × 400 MLP and Conv-4 learners, that loop is about 8–20× faster than the vectorised forms
