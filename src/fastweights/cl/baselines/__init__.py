@@ -7,16 +7,23 @@ from __future__ import annotations
 
 from .agem import AGEM
 from .base import Finetune, Strategy
+from .ewc import EWC, OnlineEWC
 from .joint import Joint
 from .l2 import L2
 from .lwf import LwF
+from .mas import MAS
 from .replay import Replay
+from .si import SI
 
 __all__ = ["STRATEGIES", "Strategy"]
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "finetune": Finetune,
     "l2": L2,
+    "ewc": EWC,
+    "online_ewc": OnlineEWC,
+    "si": SI,
+    "mas": MAS,
     "lwf": LwF,
     "replay": Replay,
     "agem": AGEM,

@@ -1,0 +1,103 @@
+"""Per-sample gradients of a learner and their sample means: the importances of EWC (squared) and MAS
+(absolute values) are means over examples of a function of each example's own gradient, not of the
+mini-batch gradient (Kirkpatrick et al. 2017, Eq. 3; Aljundi et al. 2018, Eq. 4).
+
+Each example is one ordinary forward and backward pass (a batch of one). Measured on this project's
+CPU for the 2 × 400 MLP and Conv-4 learners, that loop is about 8–20× faster than the vectorised forms
+(``torch.func.vmap(grad(...))`` over a ``functional_call``, or a backward batched over unit
+cotangents), and it holds one gradient at a time, not one per example; ``vmap`` also cannot
+run Conv-4, whose input check is data-dependent control flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from fastweights.checks import check_int
+
+__all__ = ["SampleLoss", "per_sample_grads", "mean_over_samples", "strided_subset"]
+
+SampleLoss = Callable[[Tensor, Tensor], Tensor]
+"""``loss(logits [n_out], target [])`` → scalar: the function of one example whose gradient is taken."""
+
+
+def _check_lengths(x: Tensor, target: Tensor) -> None:
+    if len(x) != len(target):
+        raise ValueError(f"target: expected {len(x)} entries like x, given {len(target)}")
+
+
+def _grads(model: nn.Module, x: Tensor, target: Tensor, loss: SampleLoss) -> Iterator[dict[str, Tensor]]:
+    """The gradient of each example's loss in turn (``p.grad`` untouched)."""
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    with torch.enable_grad():
+        for k in range(len(x)):
+            value = loss(model(x[k : k + 1])[0], target[k])
+            grads = torch.autograd.grad(value, list(params.values()), allow_unused=True)
+            yield {
+                n: torch.zeros_like(p) if g is None else g
+                for (n, p), g in zip(params.items(), grads, strict=True)
+            }
+
+
+def per_sample_grads(model: nn.Module, x: Tensor, target: Tensor, loss: SampleLoss) -> dict[str, Tensor]:
+    """The gradient of ``loss(model(x[k:k+1])[0], target[k])`` for every example ``k`` separately
+    (each example a batch of one, so instance norm statistics are its own).
+
+    Args:
+        model: the learner; used as is (call ``model.eval()`` first for dropout-free gradients).
+        x: inputs ``[N, ...]`` (``N >= 1``) in the parameters' dtype.
+        target: ``[N]``, the second argument of ``loss`` per example (e.g. a label).
+        loss: see :data:`SampleLoss`.
+
+    Returns:
+        ``{name: [N, *param.shape]}`` for every trainable parameter, in the parameters' dtype (zeros
+        where the loss does not depend on a parameter).
+
+    Raises:
+        ValueError: when ``x`` is empty or ``x`` and ``target`` differ in length.
+    """
+    _check_lengths(x, target)
+    if len(x) == 0:
+        raise ValueError("x: expected at least one example, given none")
+    rows = list(_grads(model, x, target, loss))
+    return {n: torch.stack([r[n] for r in rows]) for n in rows[0]}
+
+
+def mean_over_samples(
+    model: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    loss: SampleLoss,
+    stat: Callable[[Tensor], Tensor],
+    *,
+    weight: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """``(1/N) Σ_k w_k · stat(g_k)`` per parameter, ``g_k`` the per-sample gradient of
+    :func:`per_sample_grads` (``w_k = weight[k]``, default 1), accumulated one example at a time.
+    ``stat`` is elementwise, e.g. ``torch.square`` or ``torch.abs``.
+
+    Returns ``{name: param.shape}`` tensors in the parameters' dtype (zeros for ``N = 0``). Raises
+    ``ValueError`` when ``target`` or ``weight`` does not have one entry per example.
+    """
+    _check_lengths(x, target)
+    if weight is not None and tuple(weight.shape) != (len(x),):
+        raise ValueError(f"weight: expected shape ({len(x)},), given {tuple(weight.shape)}")
+    out = {n: torch.zeros_like(p.detach()) for n, p in model.named_parameters() if p.requires_grad}
+    for k, grads in enumerate(_grads(model, x, target, loss)):
+        w = 1.0 if weight is None else float(weight[k])
+        for n, g in grads.items():
+            out[n].add_(stat(g), alpha=w)
+    return {n: v / max(len(x), 1) for n, v in out.items()}
+
+
+def strided_subset(x: Tensor, y: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """At most ``n`` examples of ``x [N, ...]`` / ``y [N]`` spread evenly over the set (every one when
+    ``N <= n``; deterministic, no random draw). Raises ``ValueError`` naming ``n`` unless an int >= 1."""
+    check_int("n", n)
+    if len(x) <= n:
+        return x, y
+    idx = torch.linspace(0, len(x) - 1, n).round().long()
+    return x[idx], y[idx]
