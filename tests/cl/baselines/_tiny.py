@@ -20,14 +20,16 @@ SIZE = 16  # the smallest image size of Conv-4
 FAST = TrainSettings(optimizer="adam", lr=1e-3, epochs=2, batch_size=8)
 
 
-def tiny_tasks(num_tasks: int = 3, n: int = 24, q: int = 10, seed: int = 0) -> list[TaskTensors]:
-    """Class-incremental synthetic tasks of two classes each (labels ``2t, 2t+1``): every class is a
-    fixed random image plus noise. Inputs float32 ``[n, 1, 16, 16]``."""
+def tiny_tasks(
+    num_tasks: int = 3, n: int = 24, q: int = 10, scenario: str = "class", seed: int = 0
+) -> list[TaskTensors]:
+    """Learnable synthetic tasks of two classes each: every class is a fixed random image plus noise;
+    labels ``2t, 2t+1`` (``"class"``) or ``0, 1`` (``"domain"``). Inputs float32 ``[n, 1, 16, 16]``."""
     g = torch.Generator().manual_seed(seed)
     protos = torch.randn(2 * num_tasks, 1, SIZE, SIZE, generator=g)
     tasks = []
     for t in range(num_tasks):
-        labels = torch.tensor([2 * t, 2 * t + 1])
+        labels = torch.tensor([2 * t, 2 * t + 1] if scenario == "class" else [0, 1])
         (x, y), (qx, qy) = (_draw(protos[2 * t : 2 * t + 2], labels, k, g) for k in (n, q))
         tasks.append(TaskTensors(f"task{t}", x, y, qx, qy))
     return tasks
@@ -50,17 +52,19 @@ def flat_weights(model: nn.Module) -> Tensor:
 
 def check_runs_and_deterministic(make: Callable[[], Strategy], kind: str) -> np.ndarray:
     """``make()``'s strategy trains a learner of ``kind`` on :func:`tiny_tasks`; a second run with the
-    same seed gives the identical accuracy matrix and weights. Returns ``R``."""
+    same seed gives the identical accuracy matrix and weights, a third with another seed other weights.
+    Returns ``R``."""
     tasks = tiny_tasks()
     runs = []
-    for _ in range(2):
-        model = tiny_learner(kind)
-        R = fit_stream(model, tasks, make(), FAST, seed=0)
+    for seed in (0, 0, 1):
+        model = tiny_learner(kind, seed=seed)
+        R = fit_stream(model, tasks, make(), FAST, seed=seed)
         runs.append((R, flat_weights(model)))
-    (R0, w0), (R1, w1) = runs
+    (R0, w0), (R1, w1), (_, w2) = runs
     assert R0.shape == (3, 3) and np.all((R0 >= 0) & (R0 <= 1))
     np.testing.assert_array_equal(R0, R1)
     assert torch.equal(w0, w1)
+    assert not torch.equal(w0, w2)
     return R0
 
 

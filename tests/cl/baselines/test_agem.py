@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from fastweights.cl.baselines import STRATEGIES
 from fastweights.cl.baselines.agem import AGEM, project
 from fastweights.cl.baselines.trainer import fit_stream
-from tests.cl.baselines.test_trainer import FAST, check_runs_and_deterministic, tiny_learner, tiny_tasks
+from tests.cl.baselines._tiny import FAST, check_runs_and_deterministic, tiny_learner, tiny_tasks
 
 
 def test_project_removes_the_conflicting_component_only():

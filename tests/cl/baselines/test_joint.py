@@ -14,7 +14,7 @@ from fastweights.cl.baselines.trainer import TrainSettings, fit_stream, task_ten
 from fastweights.cl.metrics import average_accuracy
 from fastweights.data.registry import load_split_dataset
 from fastweights.data.streams import split_benchmark
-from tests.cl.baselines.test_trainer import FAST, check_runs_and_deterministic, tiny_learner, tiny_tasks
+from tests.cl.baselines._tiny import FAST, check_runs_and_deterministic, tiny_learner, tiny_tasks
 
 
 class Watched(Joint):

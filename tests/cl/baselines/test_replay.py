@@ -6,7 +6,7 @@ import torch
 from fastweights.cl.baselines import STRATEGIES
 from fastweights.cl.baselines.replay import Replay
 from fastweights.cl.baselines.trainer import fit_stream
-from tests.cl.baselines.test_trainer import FAST, check_runs_and_deterministic, tiny_learner, tiny_tasks
+from tests.cl.baselines._tiny import FAST, check_runs_and_deterministic, tiny_learner, tiny_tasks
 
 
 def rows_of(x, pool):

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pytest
 import torch
@@ -9,56 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fastweights.cl.baselines.base import Strategy
-from fastweights.cl.baselines.learners import build_learner
 from fastweights.cl.baselines.trainer import TaskTensors, TrainSettings, accuracy, fit_stream, task_tensors
 from fastweights.data.streams import Task
-
-SIZE = 16  # the smallest image size of Conv-4
-
-
-def tiny_tasks(num_tasks=3, n=24, q=10, scenario="class", seed=0) -> list[TaskTensors]:
-    """Learnable synthetic tasks of two classes each: every class is a fixed random image plus noise;
-    labels ``2t, 2t+1`` (``"class"``) or ``0, 1`` (``"domain"``). Inputs float32 ``[n, 1, 16, 16]``."""
-    g = torch.Generator().manual_seed(seed)
-    protos = torch.randn(2 * num_tasks, 1, SIZE, SIZE, generator=g)
-    tasks = []
-    for t in range(num_tasks):
-        labels = torch.tensor([2 * t, 2 * t + 1] if scenario == "class" else [0, 1])
-        (x, y), (qx, qy) = (_draw(protos[2 * t : 2 * t + 2], labels, k, g) for k in (n, q))
-        tasks.append(TaskTensors(f"task{t}", x, y, qx, qy))
-    return tasks
-
-
-def _draw(protos: Tensor, labels: Tensor, k: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
-    """``k`` noisy copies of the two prototypes ``protos [2, 1, S, S]``, alternating, with ``labels``."""
-    c = torch.arange(k) % 2
-    return protos[c] + 0.5 * torch.randn(k, 1, SIZE, SIZE, generator=g), labels[c]
-
-
-def tiny_learner(kind: str, n_out: int = 6, seed: int = 0) -> nn.Module:
-    """A small learner of 1 × 16 × 16 inputs (``"mlp"``: 2 × 400; ``"conv4"``: Conv-4, 32 channels)."""
-    torch.manual_seed(seed)
-    return build_learner(kind, channels=1, image_size=SIZE, n_out=n_out)
-
-
-FAST = TrainSettings(optimizer="adam", lr=1e-3, epochs=2, batch_size=8)
-
-
-def check_runs_and_deterministic(make: Callable[[], Strategy], kind: str) -> np.ndarray:
-    """``make()``'s strategy trains both a fresh learner of ``kind`` and a second one with the same seed
-    to identical accuracy matrices and weights; a third with another seed differs. Returns ``R``."""
-    tasks = tiny_tasks()
-    runs = []
-    for seed in (0, 0, 1):
-        model = tiny_learner(kind, seed=seed)
-        R = fit_stream(model, tasks, make(), FAST, seed=seed)
-        runs.append((R, torch.cat([p.detach().reshape(-1) for p in model.parameters()])))
-    (R0, w0), (R1, w1), (_, w2) = runs
-    assert R0.shape == (3, 3) and np.all((R0 >= 0) & (R0 <= 1))
-    np.testing.assert_array_equal(R0, R1)
-    assert torch.equal(w0, w1)
-    assert not torch.equal(w0, w2)
-    return R0
+from tests.cl.baselines._tiny import check_runs_and_deterministic, tiny_learner, tiny_tasks
 
 
 class Recorder(Strategy):

@@ -55,7 +55,7 @@ class Strategy:
     name: ClassVar[str] = "finetune"
     HPARAMS: ClassVar[tuple[str, ...]] = ()
 
-    def hparams(self) -> dict[str, float]:
+    def hparams(self) -> dict[str, float | int]:
         """The strategy's hyper-parameters by name (recorded in results)."""
         return {k: getattr(self, k) for k in self.HPARAMS}
 

@@ -4,9 +4,11 @@ Fisher information)."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from .base import Strategy, anchor, check_hparam
+from .quadratic import quadratic_penalty
 
 __all__ = ["L2"]
 
@@ -28,12 +30,13 @@ class L2(Strategy):
     def __init__(self, lam: float = 1.0) -> None:
         self.lam = check_hparam("lam", lam)
         self.star: dict[str, Tensor] | None = None
+        self.ones: dict[str, Tensor] = {}  # the identity importance
 
     def penalty(self, model: nn.Module, t: int, x: Tensor, y: Tensor, logits: Tensor) -> Tensor | float:
         if self.star is None or self.lam == 0:
             return 0.0
-        total = sum(((p - self.star[n]) ** 2).sum() for n, p in model.named_parameters() if n in self.star)
-        return 0.5 * self.lam * total
+        return 0.5 * self.lam * quadratic_penalty(model, self.ones, self.star)
 
     def after_task(self, model: nn.Module, t: int, x: Tensor, y: Tensor) -> None:
         self.star = anchor(model)
+        self.ones = {n: torch.ones_like(p) for n, p in self.star.items()}
