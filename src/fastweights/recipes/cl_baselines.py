@@ -49,6 +49,7 @@ from fastweights.recipes.cl_baselines_data import BENCHMARK_NAMES, Streams, load
 from fastweights.train.run_folder import (
     RunFolderError,
     folder_contents,
+    refuse_occupied,
     remove_stale_temporaries,
     run_lock,
 )
@@ -106,8 +107,28 @@ def fit_runs(
     return out
 
 
-def _score(matrices: list[np.ndarray]) -> float:
-    return float(np.mean([average_accuracy(R) for R in matrices]))
+def _val_score(
+    cfg: BaselinesConfig,
+    streams: Streams,
+    variant: str,
+    budget: str,
+    method: str,
+    settings: TrainSettings,
+    hparams: dict[str, Any],
+) -> float:
+    """Mean ACC of ``search.runs`` runs on the validation streams: the score of one grid point."""
+    mats = fit_runs(
+        cfg,
+        streams,
+        variant=variant,
+        budget=budget,
+        method=method,
+        settings=settings,
+        hparams=hparams,
+        runs=cfg.search.runs,
+        validation=True,
+    )
+    return float(np.mean([average_accuracy(R) for R in mats]))
 
 
 def cell_path(run_dir: Path, benchmark: str, variant: str, budget: str, name: str) -> Path:
@@ -141,19 +162,13 @@ def _settings_cell(cfg: BaselinesConfig, streams: Streams, variant: str, budget:
         if len(grid.epochs) * len(grid.batch_size) * len(lrs) == 1:
             table.append({"settings": vars(settings), "val_ACC": None})
             break
-        method = optimizer  # fine-tuning with that optimizer ("sgd" / "adam" rows)
-        mats = fit_runs(
-            cfg,
-            streams,
-            variant=variant,
-            budget=budget,
-            method=method,
-            settings=settings,
-            hparams={},
-            runs=cfg.search.runs,
-            validation=True,
+        # fine-tuning with that optimizer (the "sgd" / "adam" rows)
+        table.append(
+            {
+                "settings": vars(settings),
+                "val_ACC": _val_score(cfg, streams, variant, budget, optimizer, settings, {}),
+            }
         )
-        table.append({"settings": vars(settings), "val_ACC": _score(mats)})
     best = max(table, key=lambda row: -1.0 if row["val_ACC"] is None else row["val_ACC"])
     return {"optimizer": optimizer, "best": best["settings"], "search": table}
 
@@ -165,18 +180,9 @@ def _method_cell(
     search = []
     if len(points) > 1:
         for hp in points:
-            mats = fit_runs(
-                cfg,
-                streams,
-                variant=variant,
-                budget=budget,
-                method=method,
-                settings=settings,
-                hparams=hp,
-                runs=cfg.search.runs,
-                validation=True,
+            search.append(
+                {"hparams": hp, "val_ACC": _val_score(cfg, streams, variant, budget, method, settings, hp)}
             )
-            search.append({"hparams": hp, "val_ACC": _score(mats)})
         hparams = max(search, key=lambda row: row["val_ACC"])["hparams"]
     else:
         hparams = points[0]
@@ -258,16 +264,8 @@ def _prepare(
             )
         saved.threads, saved.workers = cfg.threads, cfg.workers
         cfg = saved
-    elif markers and not force:
-        raise FileExistsError(
-            f"run_dir: {run_dir} already holds a run ({', '.join(markers)}); pass --resume to continue it, "
-            "--force to start over, or choose another folder"
-        )
-    elif others and not force:
-        raise RunFolderError(
-            f"run_dir: {run_dir} is not empty ({', '.join(others[:5])}); choose a new or empty folder, "
-            "or pass --force to write into it"
-        )
+    elif not force:
+        refuse_occupied(run_dir, markers, others, "write into it")
     check(cfg)
     if force and not continuing:
         for name in _OUTPUTS:

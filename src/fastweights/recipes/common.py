@@ -32,6 +32,7 @@ from fastweights.train.run_folder import (
     holds_lock,
     locks_eval_output,
     locks_run_dir,
+    refuse_occupied,
     remove_stale_temporaries,
 )
 from fastweights.train.schedules import SCHEDULES, lr_multiplier
@@ -239,16 +240,8 @@ def prepare_run(
             )
         ckpt.verify("latest", fallback_hint=resume_fallback_hint(ckpt))  # before anything is written
         cfg = _resume_overrides(_run_config(config_path, type(cfg)), overrides, run_dir)
-    elif markers and not force:
-        raise FileExistsError(
-            f"run_dir: {run_dir} already holds a run ({', '.join(markers)}); pass --resume to continue it, "
-            "--force to start over, or choose another folder"
-        )
-    elif others and not force:
-        raise RunFolderError(
-            f"run_dir: {run_dir} is not empty ({', '.join(others[:5])}); choose a new or empty folder, "
-            "or pass --force to train into it"
-        )
+    elif not force:
+        refuse_occupied(run_dir, markers, others, "train into it")
     if check is not None:
         check(cfg)
     if force and not continuing:

@@ -42,6 +42,7 @@ __all__ = [
     "locks_eval_output",
     "locks_run_dir",
     "output_folder",
+    "refuse_occupied",
     "remove_stale_temporaries",
     "run_lock",
 ]
@@ -67,6 +68,29 @@ def folder_contents(folder: Path) -> tuple[list[str], list[str]]:
     names = sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME)
     markers = [n for n in names if n in RUN_MARKERS]
     return markers, [n for n in names if n not in RUN_MARKERS]
+
+
+def refuse_occupied(run_dir: Path, markers: list[str], others: list[str], force_does: str) -> None:
+    """Refuse a fresh run (no ``--resume``, no ``--force``) in a folder that is not new or empty.
+
+    Args:
+        markers, others: :func:`folder_contents` of ``run_dir``.
+        force_does: what ``--force`` would do instead, for the message (e.g. ``"train into it"``).
+
+    Raises:
+        FileExistsError: ``run_dir`` holds a run (naming its markers; pass ``--resume`` or ``--force``).
+        RunFolderError: ``run_dir`` holds other files (naming up to five).
+    """
+    if markers:
+        raise FileExistsError(
+            f"run_dir: {run_dir} already holds a run ({', '.join(markers)}); pass --resume to continue it, "
+            "--force to start over, or choose another folder"
+        )
+    if others:
+        raise RunFolderError(
+            f"run_dir: {run_dir} is not empty ({', '.join(others[:5])}); choose a new or empty folder, "
+            f"or pass --force to {force_does}"
+        )
 
 
 def _same(a: Path, b: Path) -> bool:
