@@ -208,30 +208,6 @@ def _method_cell(
     }
 
 
-def _cells(
-    cfg: BaselinesConfig, run_dir: Path, bench: str, streams: Streams, variant: str, budget: str
-) -> dict[str, Any]:
-    """Every method of one benchmark × variant × budget (training settings searched first)."""
-    key = f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}"
-    settings = {}
-    for opt in sorted({method_optimizer(m, cfg.train.optimizer) for m in cfg.methods}):
-        log.info("%s: training settings for %s", key, opt)
-        found = _cached(
-            cell_path(run_dir, bench, variant, budget, f"_settings-{opt}"),
-            functools.partial(_settings_cell, cfg, streams, variant, budget, opt),
-        )
-        settings[opt] = TrainSettings(**found["best"])
-    row = {}
-    for method in cfg.methods:
-        s = settings[method_optimizer(method, cfg.train.optimizer)]
-        row[method] = _cached(
-            cell_path(run_dir, bench, variant, budget, method),
-            functools.partial(_method_cell, cfg, streams, variant, budget, method, s),
-        )
-        log.info("%s: %s ACC %.1f", key, method, 100 * row[method]["test"]["ACC"]["mean"])
-    return row
-
-
 def _prepare(
     cfg: BaselinesConfig,
     run_dir: Path,
@@ -312,35 +288,96 @@ def _worker_init(threads: int, configure_logging: bool = True) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _job(cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str) -> dict[str, Any]:
-    """Every cell of one benchmark × variant × budget (in this process or a worker)."""
+def _streams(cfg: BaselinesConfig, bench: str) -> Streams:
+    """The benchmark's streams, loaded once per process."""
     key = _streams_key(cfg, bench)
     if key not in _STREAMS:
         _STREAMS[key] = Streams(load_benchmark(cfg.data, bench), cfg.data, cfg.search.val_fraction)
-    return _cells(cfg, run_dir, bench, _STREAMS[key], variant, budget)
+    return _STREAMS[key]
 
 
 def _streams_key(cfg: BaselinesConfig, bench: str) -> tuple[str, str, float]:
     return bench, repr(cfg.data), cfg.search.val_fraction
 
 
-def _parallel(cfg: BaselinesConfig, run_dir: Path, jobs: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-    """:func:`_job` of every job in ``cfg.workers`` spawned processes (``cfg.threads`` torch threads each);
-    the full-budget jobs start first (the longest). Results in the order of ``jobs``."""
+def _settings_job(
+    cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str, opt: str
+) -> dict[str, Any]:
+    """The training-settings cell of one benchmark × variant × budget for optimizer ``opt``."""
+    log.info("%s/%s/%s: training settings for %s", BENCHMARK_NAMES[bench], variant, budget, opt)
+    return _cached(
+        cell_path(run_dir, bench, variant, budget, f"_settings-{opt}"),
+        functools.partial(_settings_cell, cfg, _streams(cfg, bench), variant, budget, opt),
+    )
+
+
+def _method_job(
+    cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str, method: str, settings: dict
+) -> dict[str, Any]:
+    """One method's cell (its hyper-parameter search and test runs)."""
+    cell = _cached(
+        cell_path(run_dir, bench, variant, budget, method),
+        functools.partial(
+            _method_cell, cfg, _streams(cfg, bench), variant, budget, method, TrainSettings(**settings)
+        ),
+    )
+    key = f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}"
+    log.info("%s: %s ACC %.1f", key, method, 100 * cell["test"]["ACC"]["mean"])
+    return cell
+
+
+def _longest_first(job: tuple[Any, ...]) -> tuple[bool, bool, bool]:
+    """Sort key of a job ``(run_dir, benchmark, variant, budget, …)``: full budget, the large benchmarks
+    and 5-task streams first."""
+    return job[3] != "full", job[1] == "digits", job[2] == "class-2task"
+
+
+def _map(cfg: BaselinesConfig, fn: Any, jobs: list[tuple[Any, ...]], pool: Any) -> list[Any]:
+    """``fn(cfg, *job)`` for every job, in ``pool`` (longest first) or in this process (``pool=None``);
+    results in the order of ``jobs``."""
+    if pool is None:
+        return [fn(cfg, *job) for job in jobs]
+    futures = {
+        i: pool.submit(fn, cfg, *jobs[i])
+        for i in sorted(range(len(jobs)), key=lambda i: _longest_first(jobs[i]))
+    }
+    return [futures[i].result() for i in range(len(jobs))]
+
+
+def _measure(cfg: BaselinesConfig, run_dir: Path, pool: Any) -> dict[str, Any]:
+    """Every cell, as ``{"<benchmark>/<variant>/<budget>": {method: cell}}``: first the training settings
+    of every benchmark × variant × budget × optimizer, then every method's cell with them (each phase
+    spread over ``pool``'s workers when there is a pool)."""
+    keys = [(b, v, g) for b in cfg.data.benchmarks for v in cfg.scenarios for g in cfg.budgets]
+    optimizers = sorted({method_optimizer(m, cfg.train.optimizer) for m in cfg.methods})
+    setting_jobs = [(run_dir, *k, opt) for k in keys for opt in optimizers]
+    found = dict(zip(setting_jobs, _map(cfg, _settings_job, setting_jobs, pool), strict=True))
+    method_jobs = [
+        (run_dir, *k, m, found[(run_dir, *k, method_optimizer(m, cfg.train.optimizer))]["best"])
+        for k in keys
+        for m in cfg.methods
+    ]
+    out: dict[str, Any] = {}
+    for job, cell in zip(method_jobs, _map(cfg, _method_job, method_jobs, pool), strict=True):
+        _, bench, variant, budget, method, _ = job
+        out.setdefault(f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}", {})[method] = cell
+    return out
+
+
+def _parallel(cfg: BaselinesConfig, run_dir: Path) -> dict[str, Any]:
+    """:func:`_measure` with ``cfg.workers`` spawned processes (``cfg.threads`` torch threads each)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][2] != "full")
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init, initargs=(cfg.threads,))
     try:
-        futures = {i: pool.submit(_job, cfg, run_dir, *jobs[i]) for i in order}
-        rows = [futures[i].result() for i in range(len(jobs))]
+        cells = _measure(cfg, run_dir, pool)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
-    return rows
+    return cells
 
 
 def run(
@@ -377,18 +414,17 @@ def run(
             overrides=overrides or [],
             check=lambda c: loaded.update(streams=_check_data(c)),
         )
-        jobs = [(b, v, g) for b in cfg.data.benchmarks for v in cfg.scenarios for g in cfg.budgets]
-        if cfg.workers == 1:
-            _worker_init(cfg.threads, configure_logging=False)
-            _STREAMS.update({_streams_key(cfg, b): st for b, st in loaded.pop("streams").items()})
-            try:
-                rows = [_job(cfg, run_dir, *job) for job in jobs]
-            finally:
-                _STREAMS.clear()
-        else:
-            loaded.clear()  # each worker loads the data it needs
-            rows = _parallel(cfg, run_dir, jobs)
-        cells = {f"{BENCHMARK_NAMES[b]}/{v}/{g}": row for (b, v, g), row in zip(jobs, rows, strict=True)}
+        try:
+            if cfg.workers == 1:
+                _worker_init(cfg.threads, configure_logging=False)
+                for bench, streams in loaded.pop("streams").items():
+                    _STREAMS[_streams_key(cfg, bench)] = streams
+                cells = _measure(cfg, run_dir, None)
+            else:
+                loaded.clear()  # each worker loads the data it needs
+                cells = _parallel(cfg, run_dir)
+        finally:
+            _STREAMS.clear()
         results = {"config": json.loads(json.dumps(_plain(cfg))), "cells": cells}
         atomic_write_json(run_dir / "results.json", results)
         write_report(results, run_dir)
