@@ -4,6 +4,7 @@ the comparison with ACL models."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -259,20 +260,69 @@ def test_compare_evaluates_an_acl_checkpoint_on_the_same_streams(finished, tmp_p
     assert got["tables"]["domain"]["rows"][0][0] == "ACL: acl-5task-domain"
 
 
+def _acl_like_run(root: Path) -> None:
+    (root / "r").mkdir()
+    (root / "r" / "config.yaml").write_text("name: acl\ntrain:\n  lr: 0.001\n")
+
+
+def _other_files(root: Path) -> None:
+    (root / "r").mkdir()
+    (root / "r" / "notes.txt").write_text("mine")
+
+
+def _finished_copy(finished_dir: Path):
+    def setup(root: Path) -> None:
+        shutil.copytree(finished_dir, root / "done")
+        (root / "o").mkdir()
+        (root / "o" / "config.yaml").write_text("name: other\n")
+
+    return setup
+
+
+CLI_CASES = [
+    (["run", "--preset", "nope"], "preset", None),
+    (["run", "--preset", "{root}/missing.yaml"], "missing.yaml", None),
+    (["run", "--methods", "sgd,magic"], "methods", None),
+    (["run", "--budget", "half"], "--budget", None),
+    (["run", "runs=-1"], "runs", None),
+    (["run", "data.benchmarks=[mnist]"], "data.mnist_dir", None),
+    (["run", "data.benchmarks=[mnist]", "data.mnist_dir={root}/nomnist"], "data.mnist_dir", None),
+    (
+        ["run", "data.fashion_mnist_dir={root}/nofm", "data.benchmarks=[fashion_mnist]"],
+        "fashion_mnist_dir",
+        None,
+    ),
+    (["run", "search.grids={si: {xi: [0.0]}}", "methods=[si]"], "search.grids.si: xi", None),
+    (["run", "search.grids={replay: {per_class: [2.5]}}", "methods=[replay]"], "search.grids.replay", None),
+    (["run"], "already holds a run", _acl_like_run),
+    (["run", "--resume"], "config", _acl_like_run),
+    (["run"], "not empty", _other_files),
+    (["compare", "{root}/missing", "--out", "{root}/o"], "results.json", None),
+    (["compare", "{root}/done", "--out", "{root}/o"], "already holds a run", "finished"),
+    (["compare", "{root}/done", "--acl", "{root}/nothing", "--out", "{root}/o2"], "--acl", "finished"),
+]
+
+
 @pytest.mark.parametrize(
-    "argv, match",
-    [
-        (["run", "--preset", "nope"], "preset"),
-        (["run", "--methods", "sgd,magic"], "methods"),
-        (["run", "runs=-1"], "runs"),
-        (["compare", "{root}/missing", "--out", "{root}/o"], "results.json"),
-    ],
+    "argv, match, setup", CLI_CASES, ids=[f"{c[0][0]}-{i}" for i, c in enumerate(CLI_CASES)]
 )
-def test_cli_bad_inputs_are_one_line(argv, match, tmp_path, capsys):
-    argv = [a.format(root=tmp_path) for a in argv]
-    rc = main(["cl-baselines", *argv, *(["--run-dir", str(tmp_path / "r")] if argv[0] == "run" else [])])
+def test_cli_bad_inputs_are_one_line_and_change_nothing(argv, match, setup, finished, tmp_path, capsys):
+    if setup == "finished":
+        _finished_copy(finished[0])(tmp_path)
+    elif setup is not None:
+        setup(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    argv = [a.replace("{root}", str(tmp_path)) for a in argv]
+    extra = ["--run-dir", str(tmp_path / "r")] if argv[0] == "run" else []
+    try:
+        rc = main(["cl-baselines", *argv, *extra])
+    except SystemExit as exit_:  # argparse usage errors
+        rc = exit_.code
     err = capsys.readouterr().err
-    assert rc == 2 and "Traceback" not in err
+    assert rc == 2 and "Traceback" not in err, err
     lines = [line for line in err.splitlines() if "error:" in line]
     assert len(lines) == 1 and match in lines[0], err
-    assert not (tmp_path / "r").exists()
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before
+    if setup is None and argv[0] == "run":
+        assert not (tmp_path / "r").exists()

@@ -326,7 +326,8 @@ def plot_bars(
 ) -> Path:
     """Grouped bars with error bars: ``values[group][series] = (value, error)`` (one group per model),
     into the PNG ``path`` (written atomically); returns ``path``."""
-    fig = Figure(figsize=(max(5.0, 1.2 * len(values) + 2.0), 3.8))
+    many = len(values) > 6  # long label lists are rotated below the axis
+    fig = Figure(figsize=(max(5.0, (0.55 if many else 1.2) * len(values) + 2.0), 5.6 if many else 3.8))
     ax = fig.subplots()
     groups = list(values)
     series = list(dict.fromkeys(s for g in values.values() for s in g))
@@ -335,10 +336,15 @@ def plot_bars(
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(groups))]
         v = [values[g].get(name, (math.nan, 0.0)) for g in groups]
         ax.bar(xs, [a for a, _ in v], width, yerr=[e for _, e in v], capsize=3, label=name, color=f"C{i}")
-    ax.set_xticks(range(len(groups)), groups)
+    if many:
+        ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
+    else:
+        ax.set_xticks(range(len(groups)), groups)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     if len(series) > 1:
         ax.legend(fontsize=8)
+    if many:
+        fig.subplots_adjust(bottom=0.38)
     return atomic_save_figure(fig, Path(path))
