@@ -123,3 +123,101 @@ def test_kill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path, re
         _killed([*_args(recipe, run, cache), *(["--resume"] if i else [])], kind, nth)
     assert main([*_args(recipe, run, cache), "--resume"]) == 0
     _assert_same_run(ref, run)
+
+
+# cl-baselines: SIGKILL at the n-th cell write (before it, in its middle — a partial temporary file —
+# or after it); the resumed run ends with the uninterrupted run's numbers.
+_CELL_KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from fastweights.cli import main
+    from fastweights.recipes import cl_baselines
+
+    kind, nth = sys.argv[1], int(sys.argv[2])
+    count = [0]
+    real = cl_baselines.atomic_write_json
+
+    def write(path, obj):
+        count[0] += 1
+        if count[0] == nth and kind == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if count[0] == nth and kind == "inside":
+            (path.parent / f".{path.name}.killed.tmp").write_text("half a cell")
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(path, obj)
+        if count[0] == nth and kind == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    cl_baselines.atomic_write_json = write
+    sys.exit(main(sys.argv[3:]))
+    """
+)
+_CB_SMALL = ["methods=[sgd,l2]", "runs=2", "scenarios=[domain,class-2task]", "budgets=[fewshot,full]"]
+
+
+def _cb_args(run, *extra):
+    return ["cl-baselines", "run", "--preset", "smoke", "--run-dir", str(run), *_CB_SMALL, *extra]
+
+
+def _cb_numbers(run):
+    res = json.loads((run / "results.json").read_text())
+    return {
+        k: {m: {f: v for f, v in c.items() if f != "seconds"} for m, c in row.items()}
+        for k, row in res["cells"].items()
+    }
+
+
+@pytest.mark.slow
+def test_cl_baselines_killed_at_cell_writes_then_resumed_equals_the_uninterrupted_run(tmp_path):
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(_cb_args(ref)) == 0
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for i, (kind, nth) in enumerate([("after", 3), ("inside", 2), ("before", 4)]):
+        args = _cb_args(run, *(["--resume"] if i else []))
+        proc = subprocess.run(
+            [sys.executable, "-c", _CELL_KILLER, kind, str(nth), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == -signal.SIGKILL, (kind, nth, proc.stderr[-2000:])
+    assert main([*_cb_args(run), "--resume"]) == 0
+    assert _cb_numbers(run) == _cb_numbers(ref)
+    assert not list(run.rglob(".*.tmp"))
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux")
+def test_cl_baselines_workers_die_with_a_killed_run_and_resume_matches(tmp_path):
+    import time
+
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(_cb_args(ref, "workers=2")) == 0
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastweights.cli", *_cb_args(run, "workers=2")],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while not list((run / "cells").glob("*/*/*/[!_]*.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 10
+    while any(Path(f"/proc/{w}").exists() for w in workers) and time.time() < deadline:
+        time.sleep(0.05)
+    alive = [
+        w
+        for w in workers
+        if Path(f"/proc/{w}").exists() and "zombie" not in Path(f"/proc/{w}/status").read_text()
+    ]
+    assert workers and not alive
+    assert main([*_cb_args(run, "workers=2"), "--resume"]) == 0
+    assert _cb_numbers(run) == _cb_numbers(ref)

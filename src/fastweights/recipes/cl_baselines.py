@@ -21,11 +21,17 @@ resumed run gives the same numbers as an uninterrupted one; only the recorded ``
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import itertools
 import json
 import logging
+import multiprocessing
+import os
 import shutil
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +44,7 @@ from fastweights.cl.baselines import STRATEGIES
 from fastweights.cl.baselines.learners import build_learner
 from fastweights.cl.baselines.trainer import TrainSettings, fit_stream
 from fastweights.cl.metrics import average_accuracy, matrix_to_json, summarize_runs
-from fastweights.config import config_to_yaml, load_run_config
+from fastweights.config import apply_overrides, config_to_yaml, load_run_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.recipes.cl_baselines_config import (
     BaselinesConfig,
@@ -232,7 +238,12 @@ def _prepare(
                 f"run_dir: cannot --resume {run_dir}: it has {', '.join(markers)} but no config.yaml"
             )
         saved = load_run_config(BaselinesConfig, config_path)
-        changed = [o.split("=", 1)[0] for o in overrides if o.split("=", 1)[0] not in RESUME_OVERRIDABLE]
+        changed = [  # repeating the run's own values is fine
+            o.split("=", 1)[0]
+            for o in overrides
+            if o.split("=", 1)[0] not in RESUME_OVERRIDABLE
+            and _plain(apply_overrides(saved, [o])) != _plain(saved)
+        ]
         if changed:
             raise ValueError(
                 f"overrides: --resume may change only {list(RESUME_OVERRIDABLE)} (the numbers of a run "
@@ -281,7 +292,20 @@ def _check_data(cfg: BaselinesConfig) -> dict[str, Streams]:
 _STREAMS: dict[tuple[str, str, float], Streams] = {}  # the benchmarks this process has loaded
 
 
+def _die_with_parent() -> None:
+    """Linux: a worker gets SIGKILL when the process that started it dies (even by ``kill -9``), so no
+    orphan keeps writing cells into a run folder whose lock is gone."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the line above
+        os._exit(1)
+
+
 def _worker_init(threads: int, configure_logging: bool = True) -> None:
+    if configure_logging:  # only spawned workers
+        _die_with_parent()
     if threads:
         torch.set_num_threads(threads)
     if configure_logging:  # a spawned worker starts without the CLI's logging setup
@@ -366,7 +390,6 @@ def _measure(cfg: BaselinesConfig, run_dir: Path, pool: Any) -> dict[str, Any]:
 
 def _parallel(cfg: BaselinesConfig, run_dir: Path) -> dict[str, Any]:
     """:func:`_measure` with ``cfg.workers`` spawned processes (``cfg.threads`` torch threads each)."""
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")
