@@ -328,3 +328,26 @@ def test_cli_bad_inputs_are_one_line_and_change_nothing(argv, match, setup, fini
     assert after == before
     if setup is None and argv[0] == "run":
         assert not (tmp_path / "r").exists()
+
+
+def test_split_emoji_with_the_conv4_learner_uses_acls_emoji_stream(tmp_path):
+    from fastweights.data.streams import pool_split_tasks
+
+    cfg = tiny_config(
+        methods=["sgd"],
+        runs=1,
+        learner="conv4",
+        scenarios=["domain"],
+        budgets=["fewshot", "full"],
+        data=DataConfig(benchmarks=["emoji"]),
+    )
+    res = cb.run(cfg, tmp_path / "run")
+    assert set(res["cells"]) == {"Split-Emoji/domain/fewshot", "Split-Emoji/domain/full"}
+    pool = load_benchmark(cfg.data, "emoji")
+    streams = Streams(pool, cfg.data, 0.2)
+    ref = pool_split_tasks(pool, num_tasks=5, k_shot=5, run=0, n_query_per_class=10, seed=1234)
+    got = streams.get("domain", "fewshot", 0)
+    assert got[0].x.shape == (10, 3, 32, 32)
+    assert [t.query_y.tolist() for t in got] == [t.query_labels.tolist() for t in ref]
+    full = streams.get("domain", "full", 0)
+    assert full[0].x.shape[0] == 2 * (pool.examples_per_class - 10)  # every non-query example
