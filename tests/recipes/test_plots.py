@@ -73,3 +73,15 @@ def test_plot_bars(tmp_path):
     assert_png(plot_bars(five, tmp_path / "five.png", ylabel="accuracy", title="t"))
     with Image.open(tmp_path / "two.png") as two, Image.open(tmp_path / "five.png") as many:
         assert many.size[0] > two.size[0]  # wider with more groups
+
+
+def test_plot_accuracy_matrices_small_multiples(tmp_path):
+    from fastweights.recipes.plots import plot_accuracy_matrices
+
+    R = [[0.9, None], [0.5, 0.8]]
+    path = plot_accuracy_matrices({f"m{i}": R for i in range(5)}, tmp_path / "m.png", title="t")
+    assert path.stat().st_size > 0
+    with pytest.raises(ValueError, match="one size"):
+        plot_accuracy_matrices({"a": R, "b": [[1.0]]}, tmp_path / "x.png", title="t")
+    with pytest.raises(ValueError, match=r"matrices\['a'\]"):
+        plot_accuracy_matrices({"a": [[1.0, 2.0]]}, tmp_path / "y.png", title="t")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastweights.io import PathLike, atomic_write_text
-from fastweights.recipes.plots import plot_bars, plot_learning_curves
+from fastweights.recipes.plots import plot_accuracy_matrices, plot_bars, plot_learning_curves
 from fastweights.recipes.report import md_table
 from fastweights.recipes.report_values import pm
 
@@ -188,6 +188,13 @@ def _plots(results: Mapping[str, Any], plots: Path) -> list[str]:
                     ]
                     for m in cells[k]
                 }
+                mname = f"matrices_{_slug(k)}.png"
+                plot_accuracy_matrices(
+                    {method_title(m): cells[k][m]["test"]["R"] for m in cells[k]},
+                    plots / mname,
+                    title=f"{_split_key(k)[0]}, {title}: mean accuracy matrices R[i, j]",
+                )
+                lines += [f"![{k} accuracy matrices](plots/{mname})", ""]
                 cname = f"curve_{_slug(k)}.png"
                 plot_learning_curves(
                     curves,
@@ -201,7 +208,8 @@ def _plots(results: Mapping[str, Any], plots: Path) -> list[str]:
 
 
 def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
-    """``report.md`` and ``plots/`` (ACC bars per method and scenario, accuracy-vs-task curves) of a
+    """``report.md`` and ``plots/`` (ACC bars per method and scenario, each cell's mean accuracy matrices,
+    accuracy-vs-task curves) of a
     ``cl-baselines run``'s results, written atomically into ``run_dir``; returns the report's path."""
     run_dir = Path(run_dir)
     cfg, cells = results["config"], results["cells"]

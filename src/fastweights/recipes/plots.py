@@ -28,6 +28,7 @@ from fastweights.recipes.paper_tables import (
 from fastweights.recipes.report_values import as_float, as_matrix, mean_entry, task_labels
 
 __all__ = [
+    "plot_accuracy_matrices",
     "plot_accuracy_matrix",
     "plot_bars",
     "plot_forgetting",
@@ -61,30 +62,60 @@ def plot_accuracy_matrix(
     arr = as_matrix(R)
     T = arr.shape[0]
     names = task_labels(task_names, T)
-    pct = 100.0 * arr
     size = max(3.5, 0.75 * T + 2.0)
     fig = Figure(figsize=(size + 1.0, size))
     ax = fig.subplots()
-    im = ax.imshow(np.ma.masked_invalid(pct), vmin=0.0, vmax=100.0, cmap="viridis")
+    im = _draw_matrix(ax, arr, names, title, fontsize=9)
     fig.colorbar(im, ax=ax, label="accuracy (%)", fraction=0.046, pad=0.04)
+    return atomic_save_figure(fig, path)
+
+
+def _draw_matrix(ax: Any, arr: np.ndarray, names: list[str], title: str, *, fontsize: int) -> Any:
+    """One accuracy-matrix heatmap (percent in every measured cell) on ``ax``; returns the image."""
+    T = arr.shape[0]
+    pct = 100.0 * arr
+    im = ax.imshow(np.ma.masked_invalid(pct), vmin=0.0, vmax=100.0, cmap="viridis")
     for i in range(T):
         for j in range(T):
             v = pct[i, j]
             if math.isfinite(v):
-                ax.text(
-                    j,
-                    i,
-                    f"{v:.1f}",
-                    ha="center",
-                    va="center",
-                    fontsize=9,
-                    color="black" if v > 60.0 else "white",
-                )
+                color = "black" if v > 60.0 else "white"
+                ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=fontsize, color=color)
     ax.set_xticks(range(T), names)
     ax.set_yticks(range(T), [f"after {n}" for n in names])
     ax.set_xlabel("evaluated on task j")
     ax.set_ylabel("after learning task i")
     ax.set_title(title)
+    return im
+
+
+def plot_accuracy_matrices(
+    matrices: Mapping[str, Any], path: PathLike, *, title: str, task_names: Sequence[str] | None = None
+) -> Path:
+    """Small multiples: one accuracy-matrix heatmap per entry of ``matrices`` (name → ``[T, T]``
+    fractions, all the same ``T``; NaN/None cells blank), 4 per row, into the PNG ``path``.
+
+    Raises:
+        ValueError: for no matrices, a malformed one, matrices of different sizes or a wrong number of
+            ``task_names``.
+    """
+    arrs = {name: as_matrix(R, f"matrices[{name!r}]") for name, R in matrices.items()}
+    sizes = {a.shape[0] for a in arrs.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"matrices: expected one size [T, T] for all, given sizes {sorted(sizes)}")
+    T = sizes.pop()
+    names = task_labels(task_names, T)
+    cols = min(4, len(arrs))
+    rows = -(-len(arrs) // cols)
+    cell = max(2.6, 0.6 * T + 1.4)
+    fig = Figure(figsize=(cols * cell + 0.8, rows * cell + 0.6))
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).reshape(-1)
+    for ax, (name, arr) in zip(axes, arrs.items(), strict=False):
+        _draw_matrix(ax, arr, names, name, fontsize=7)
+    for ax in axes[len(arrs) :]:
+        ax.set_axis_off()
+    fig.suptitle(title)
+    fig.tight_layout()
     return atomic_save_figure(fig, path)
 
 
