@@ -8,9 +8,11 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.layers.base import SequenceLayer, check_heads
-from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_with_reads
+from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_reference, srwm_with_reads
 
-__all__ = ["SRWMLayer", "pack_srwm_blocks"]
+__all__ = ["SRWMLayer", "pack_srwm_blocks", "SRWM_IMPLS"]
+
+SRWM_IMPLS = ("fast", "reference")
 
 
 def pack_srwm_blocks(w_y: Tensor, w_q: Tensor, w_k: Tensor, w_b: Tensor) -> Tensor:
@@ -35,10 +37,14 @@ class SRWMLayer(SequenceLayer):
         init: ``"acl"`` (W_q std ``0.01/sqrt(E)``, others ``1/sqrt(E)``; ACL paper App. A.3) or
             ``"modern"`` (all blocks std ``1/sqrt(E)``).
         beta_init: mean of the learning-rate block's initial weights (0 in the scripts).
+        impl: ``"fast"`` (default: ``ops.srwm`` / ``srwm_with_reads`` / ``srwm_read``) or
+            ``"reference"`` (the per-step ``ops.srwm_reference``; reads and reads-beside-the-sequence
+            through the generic :class:`SequenceLayer` forms built on it). Same parameters, values and
+            gradients up to rounding; for parity checks in training. Settable after construction.
 
     Raises:
         ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
-            ``d_model`` (naming the argument), or if ``init`` is unknown.
+            ``d_model`` (naming the argument), or if ``init`` or ``impl`` is unknown.
     """
 
     def __init__(
@@ -50,6 +56,7 @@ class SRWMLayer(SequenceLayer):
         use_input_softmax: bool = False,
         init: str = "acl",
         beta_init: float = 0.0,
+        impl: str = "fast",
     ) -> None:
         super().__init__()
         self.head_dim = check_heads(d_model, num_heads)
@@ -63,7 +70,19 @@ class SRWMLayer(SequenceLayer):
         self.layer_norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.init, self.beta_init = init, beta_init
+        self.impl = impl
         self.reset_srwm_parameters()
+
+    @property
+    def impl(self) -> str:
+        """``"fast"`` or ``"reference"``: which SRWM op computes the recurrence (see the class)."""
+        return self._impl
+
+    @impl.setter
+    def impl(self, value: str) -> None:
+        if value not in SRWM_IMPLS:
+            raise ValueError(f"impl: expected one of {list(SRWM_IMPLS)}, got {value!r}")
+        self._impl = value
 
     def reset_srwm_parameters(self) -> None:
         """Draw the slow weights with the ACL (App. A.3) or modern-srwm initialisation."""
@@ -86,13 +105,16 @@ class SRWMLayer(SequenceLayer):
 
     def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, 3E+4])``."""
-        y, new_state = srwm(
+        op = srwm if self.impl == "fast" else srwm_reference
+        y, new_state = op(
             self._heads(x), self.weight.to(x.dtype), initial_state=state, output_final_state=True
         )
         return self._output(x, y), new_state
 
     def read(self, x: Tensor, state: Tensor | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]`` from ``state`` (exact; see ``ops.srwm_read``)."""
+        if self.impl == "reference":
+            return super().read(x, state)
         self.check_input(x)
         y = srwm_read(self._heads(x), self.weight.to(x.dtype), state=state)
         return self._output(x, y)
@@ -101,6 +123,8 @@ class SRWMLayer(SequenceLayer):
         self, x: Tensor, x_read: Tensor, state: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Exact fused form of :meth:`SequenceLayer.forward_with_reads` (``ops.srwm_with_reads``)."""
+        if self.impl == "reference":
+            return super().forward_with_reads(x, x_read, state)
         self.check_reads(x, x_read)
         y, y_read, new_state = srwm_with_reads(
             self._heads(x), self._heads(x_read), self.weight.to(x.dtype), initial_state=state
