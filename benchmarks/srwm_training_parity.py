@@ -16,6 +16,7 @@ is chaotic: the weight difference grows with steps although each step is exact t
     python benchmarks/srwm_training_parity.py                      # 300 steps, the ACL model's sizes
     python benchmarks/srwm_training_parity.py --steps 50 --online 0.5   # also the online reads
     python benchmarks/srwm_training_parity.py --dtype float64     # rounding-free: equal to ~1e-12
+    python benchmarks/srwm_training_parity.py --exact    # + each float32 path against a float64 reference
 """
 
 from __future__ import annotations
@@ -70,7 +71,14 @@ def main() -> None:
     p.add_argument("--k-shot", type=int, default=5)
     p.add_argument("--online", type=float, default=0.0, help="online-prediction loss weight (reads)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="also train the reference in float64 and print each float32 path's distance to it",
+    )
     args = p.parse_args()
+    if args.exact and args.dtype != "float32":
+        p.error("--exact: compares float32 runs with a float64 one; needs --dtype float32")
     torch.set_num_threads(1)
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(args.seed)
@@ -87,6 +95,8 @@ def main() -> None:
     for layer in ref.seq_layers:
         layer.impl = "reference"
     models = {"fast": fast, "reference": ref}
+    if args.exact:
+        models["exact"] = copy.deepcopy(ref).double()
     opts = {
         name: torch.optim.Adam(m.parameters(), args.lr, betas=(0.9, 0.995), eps=1e-9)
         for name, m in models.items()
@@ -102,8 +112,9 @@ def main() -> None:
     print(
         "steps      | max |dloss| | max rel dloss | rel dW all (end) | max rel dW tensor (end)"
         "              | loss fast   | loss ref"
+        + (" | max |dloss| fast/ref vs exact | rel dW all fast/ref vs exact (end)" if args.exact else "")
     )
-    window: list[tuple[float, float]] = []
+    window: list[dict[str, float]] = []
     for step in range(1, args.steps + 1):
         tasks = synthetic_feature_tasks(
             gen,
@@ -115,37 +126,43 @@ def main() -> None:
             feature_dim=features,
             label_space=args.n_way,
         )
-        tasks = [
-            dataclasses.replace(
-                t, support_features=t.support_features.to(dtype), query_features=t.query_features.to(dtype)
-            )
-            for t in tasks
-        ]
         losses = {}
         for name, model in models.items():
+            dt = torch.float64 if name == "exact" else dtype
+            cast = [
+                dataclasses.replace(
+                    t, support_features=t.support_features.to(dt), query_features=t.query_features.to(dt)
+                )
+                for t in tasks
+            ]
             t0 = time.perf_counter()
-            loss, _ = acl_loss(model, tasks, online_weight=args.online)
+            loss, _ = acl_loss(model, cast, online_weight=args.online)
             opts[name].zero_grad()
             loss.backward()
             opts[name].step()
             seconds[name] += time.perf_counter() - t0
             losses[name] = loss.item()
-        window.append((losses["fast"], losses["reference"]))
+        window.append(losses)
         if step % args.every == 0 or step == args.steps:
-            dl = max(abs(a - b) for a, b in window)
-            rl = max(abs(a - b) / abs(b) for a, b in window)
+            dl = max(abs(w["fast"] - w["reference"]) for w in window)
+            rl = max(abs(w["fast"] - w["reference"]) / abs(w["reference"]) for w in window)
             dw, worst, dw_all = weight_differences(fast, ref)
-            print(
+            line = (
                 f"{step - len(window) + 1:4d}-{step:<5d} | {dl:11.3e} | {rl:13.3e} | {dw_all:16.3e} "
                 f"| {dw:9.3e} {worst:<27s} "
                 f"| {losses['fast']:.8f}  | {losses['reference']:.8f}"
             )
+            if args.exact:
+                de = [max(abs(w[name] - w["exact"]) for w in window) for name in ("fast", "reference")]
+                we = [weight_differences(models[name], models["exact"])[2] for name in ("fast", "reference")]
+                line += f" | {de[0]:.3e} / {de[1]:.3e}         | {we[0]:.3e} / {we[1]:.3e}"
+            print(line)
             window = []
     print(
         f"wall time: fast {seconds['fast']:.1f} s ({1e3 * seconds['fast'] / args.steps:.1f} ms/step), "
         f"reference {seconds['reference']:.1f} s ({1e3 * seconds['reference'] / args.steps:.1f} ms/step), "
         f"reference / fast {seconds['reference'] / seconds['fast']:.1f}x"
-    )
+    )  # the float64 "exact" model's time is not reported
 
 
 if __name__ == "__main__":
