@@ -15,7 +15,7 @@ is chaotic: the weight difference grows with steps although each step is exact t
 
     python benchmarks/srwm_training_parity.py                      # 300 steps, the ACL model's sizes
     python benchmarks/srwm_training_parity.py --steps 50 --online 0.5   # also the online reads
-    python benchmarks/srwm_training_parity.py --dtype float64     # rounding-free: equal to ~1e-12
+    python benchmarks/srwm_training_parity.py --dtype float64     # rounding-free: equal to ~1e-15
     python benchmarks/srwm_training_parity.py --exact    # + each float32 path against a float64 reference
 """
 
