@@ -351,3 +351,10 @@ def test_split_emoji_with_the_conv4_learner_uses_acls_emoji_stream(tmp_path):
     assert [t.query_y.tolist() for t in got] == [t.query_labels.tolist() for t in ref]
     full = streams.get("domain", "full", 0)
     assert full[0].x.shape[0] == 2 * (pool.examples_per_class - 10)  # every non-query example
+
+
+def test_every_method_has_a_registered_strategy():
+    from fastweights.cl.baselines import STRATEGIES
+    from fastweights.recipes.cl_baselines_config import METHODS, method_strategy
+
+    assert {method_strategy(m) for m in METHODS} == set(STRATEGIES)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastweights.cl.baselines import STRATEGIES
+from fastweights.cl.baselines import STRATEGIES, Strategy
 from fastweights.cl.baselines.learners import build_learner
 from fastweights.cl.baselines.trainer import TrainSettings, fit_stream
 from fastweights.cl.metrics import average_accuracy, matrix_to_json, summarize_runs
@@ -60,7 +60,7 @@ from fastweights.train.run_folder import (
     run_lock,
 )
 
-__all__ = ["run", "grid_points", "run_seed", "fit_runs", "cell_path", "RESUME_OVERRIDABLE"]
+__all__ = ["run", "grid_points", "run_seed", "make_strategy", "fit_runs", "cell_path", "RESUME_OVERRIDABLE"]
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +105,17 @@ def fit_runs(
         model = build_learner(
             cfg.learner, channels=data.channels, image_size=cfg.data.image_size, n_out=n_outputs(variant)
         )
-        try:
-            strategy = STRATEGIES[method_strategy(method)](**hparams)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"search.grids.{method}: {err}") from None
-        out.append(fit_stream(model, tasks, strategy, settings, seed=seed, upper=False))
+        out.append(fit_stream(model, tasks, make_strategy(method, hparams), settings, seed=seed, upper=False))
     return out
+
+
+def make_strategy(method: str, hparams: dict[str, Any]) -> Strategy:
+    """A fresh strategy of ``method`` with ``hparams``. Raises ``ValueError`` naming
+    ``search.grids.<method>`` for a hyper-parameter the strategy refuses or does not know."""
+    try:
+        return STRATEGIES[method_strategy(method)](**hparams)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"search.grids.{method}: {err}") from None
 
 
 def _val_score(
@@ -160,21 +165,20 @@ def _cached(path: Path, compute: Any) -> dict[str, Any]:
 def _settings_cell(cfg: BaselinesConfig, streams: Streams, variant: str, budget: str, optimizer: str) -> dict:
     grid = getattr(cfg.train, budget)
     lrs = grid.lr if optimizer == "adam" else grid.sgd_lr
-    table = []
-    for epochs, batch_size, lr in itertools.product(grid.epochs, grid.batch_size, lrs):
-        settings = TrainSettings(
-            optimizer=optimizer, lr=lr, epochs=epochs, batch_size=batch_size, min_steps=grid.min_steps
-        )
-        if len(grid.epochs) * len(grid.batch_size) * len(lrs) == 1:
-            table.append({"settings": vars(settings), "val_ACC": None})
-            break
-        # fine-tuning with that optimizer (the "sgd" / "adam" rows)
-        table.append(
-            {
-                "settings": vars(settings),
-                "val_ACC": _val_score(cfg, streams, variant, budget, optimizer, settings, {}),
-            }
-        )
+    points = [
+        TrainSettings(optimizer=optimizer, lr=lr, epochs=e, batch_size=b, min_steps=grid.min_steps)
+        for e, b, lr in itertools.product(grid.epochs, grid.batch_size, lrs)
+    ]
+    # fine-tuning with that optimizer (the "sgd" / "adam" rows) scores each point; one point: no search
+    table = [
+        {
+            "settings": vars(st),
+            "val_ACC": _val_score(cfg, streams, variant, budget, optimizer, st, {})
+            if len(points) > 1
+            else None,
+        }
+        for st in points
+    ]
     best = max(table, key=lambda row: -1.0 if row["val_ACC"] is None else row["val_ACC"])
     return {"optimizer": optimizer, "best": best["settings"], "search": table}
 
@@ -202,12 +206,11 @@ def _method_cell(
         hparams=hparams,
         runs=cfg.runs,
     )
-    strategy = STRATEGIES[method_strategy(method)](**hparams)
     return {
         "method": method,
         "strategy": method_strategy(method),
         "settings": vars(settings),
-        "hparams": strategy.hparams(),
+        "hparams": make_strategy(method, hparams).hparams(),
         "search": search,
         "test": summarize_runs(mats),
         "R_runs": [matrix_to_json(R) for R in mats],
@@ -282,10 +285,7 @@ def _check_data(cfg: BaselinesConfig) -> dict[str, Streams]:
         out[name] = Streams(data, cfg.data, cfg.search.val_fraction)
     for method in cfg.methods:  # a bad grid value fails now, not after an hour of training
         for hp in grid_points(cfg.search.grids.get(method, {})):
-            try:
-                STRATEGIES[method_strategy(method)](**hp)
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"search.grids.{method}: {err}") from None
+            make_strategy(method, hp)
     return out
 
 
@@ -303,12 +303,12 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _worker_init(threads: int, configure_logging: bool = True) -> None:
-    if configure_logging:  # only spawned workers
+def _worker_init(threads: int, spawned: bool = True) -> None:
+    if spawned:
         _die_with_parent()
     if threads:
         torch.set_num_threads(threads)
-    if configure_logging:  # a spawned worker starts without the CLI's logging setup
+    if spawned:  # a spawned worker starts without the CLI's logging setup
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -423,9 +423,6 @@ def run(
     from fastweights.recipes.cl_baselines_report import write_report
 
     run_dir = Path(run_dir)
-    missing = [m for m in cfg.methods if method_strategy(m) not in STRATEGIES]
-    if missing:
-        raise ValueError(f"methods: {missing} are not available in this build (have {sorted(STRATEGIES)})")
     with run_lock(run_dir):
         loaded: dict[str, dict[str, Streams]] = {}
         cfg = _prepare(
@@ -439,7 +436,7 @@ def run(
         )
         try:
             if cfg.workers == 1:
-                _worker_init(cfg.threads, configure_logging=False)
+                _worker_init(cfg.threads, spawned=False)
                 for bench, streams in loaded.pop("streams").items():
                     _STREAMS[_streams_key(cfg, bench)] = streams
                 cells = _measure(cfg, run_dir, None)

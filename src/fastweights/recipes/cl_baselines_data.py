@@ -67,7 +67,7 @@ def validation_copy(data: Benchmark, d: DataConfig, val_fraction: float) -> Benc
     return holdout_split(data, max(1, int(val_fraction * min(counts))))
 
 
-def _val_queries(data: Benchmark, d: DataConfig, val_fraction: float) -> int:
+def _val_queries(data: ClassPool, val_fraction: float) -> int:
     """Queries per class of a validation pool stream."""
     return max(1, int(val_fraction * data.examples_per_class))
 
@@ -109,7 +109,7 @@ def _tasks(
 ) -> list[Any]:
     scenario, num_tasks = SCENARIO_VARIANTS[variant]
     if isinstance(data, ClassPool):
-        nq = _val_queries(data, d, frac) if validation else d.query_per_class
+        nq = _val_queries(data, frac) if validation else d.query_per_class
         return pool_split_tasks(
             data, num_tasks=num_tasks, k_shot=k, run=run, n_query_per_class=nq, scenario=scenario, seed=d.seed
         )
