@@ -358,3 +358,23 @@ def test_every_method_has_a_registered_strategy():
     from fastweights.recipes.cl_baselines_config import METHODS, method_strategy
 
     assert {method_strategy(m) for m in METHODS} == set(STRATEGIES)
+
+
+def test_a_killed_compare_can_be_run_again_into_its_folder(finished, tmp_path, monkeypatch):
+    from fastweights.recipes import cl_baselines_compare as cmp
+
+    run_dir, _ = finished
+    acl = tmp_path / "acl-model"
+    acl.mkdir()
+    summary = {"ACC": {"mean": 0.9, "std": 0.01}, "k_shot": 5, "runs": 2}
+    (acl / "results.json").write_text(json.dumps({"split": {"Split-Digits/domain": summary}}))
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cmp, "acl_split_results", killed)
+    with pytest.raises(KeyboardInterrupt):
+        compare(run_dir, [acl], tmp_path / "cmp")
+    monkeypatch.undo()
+    got = compare(run_dir, [acl], tmp_path / "cmp")  # no --force needed
+    assert got["tables"]["domain"]["rows"][0][0] == "ACL: acl-model"

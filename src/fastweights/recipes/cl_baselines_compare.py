@@ -69,6 +69,14 @@ def _same_streams(split: dict[str, Any], cfg: dict[str, Any]) -> bool:
     )
 
 
+def _check_acl_dir(acl_dir: Path) -> None:
+    """``acl_dir`` holds results or a run's config, else a one-line ``FileNotFoundError``."""
+    if not (acl_dir / "results.json").is_file() and not (acl_dir / "config.yaml").is_file():
+        raise FileNotFoundError(
+            f"--acl: {acl_dir} has no config.yaml; expected an ACL run or `fastweights acl export` folder"
+        )
+
+
 def acl_split_results(acl_dir: Path, cfg: dict[str, Any], cache: Path) -> dict[str, Any]:
     """``{"<benchmark>/<variant>": summary}`` of an ACL run or export folder on the baselines' streams.
 
@@ -87,7 +95,8 @@ def acl_split_results(acl_dir: Path, cfg: dict[str, Any], cache: Path) -> dict[s
                 return split
     if not (acl_dir / "config.yaml").is_file():
         raise FileNotFoundError(
-            f"--acl: {acl_dir} has no config.yaml; expected an ACL run or `fastweights acl export` folder"
+            f"--acl: {acl_dir} has no config.yaml to evaluate, and its results.json was not measured on "
+            f"these streams (k_shot {cfg['data']['k_shot']}, {cfg['runs']} runs)"
         )
     from fastweights.recipes import acl
     from fastweights.recipes.acl_config import ACLConfig
@@ -180,9 +189,15 @@ def compare(
     names = [Path(a).name or str(a) for a in acl_dirs]
     if len(set(names)) != len(names):
         raise ValueError(f"--acl: expected folders with distinct names, given {[str(a) for a in acl_dirs]}")
+    for a in acl_dirs:  # bad input fails before anything is written
+        _check_acl_dir(Path(a))
     with run_lock(out_dir):
         if not _earlier_comparison(out_dir, Path(run_dir)):
             check_output_dir(out_dir, source=Path(run_dir), force=force, purpose="eval")
+        # claim the folder first, so a compare killed while evaluating can be run again into it
+        atomic_write_json(
+            out_dir / "comparison.json", {"run_dir": str(run_dir), "acl": names, "tables": None}
+        )
         acl_models = {
             n: acl_split_results(Path(a), cfg, out_dir / "acl" / f"{n}.json")
             for n, a in zip(names, acl_dirs, strict=True)
