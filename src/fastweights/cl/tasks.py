@@ -26,6 +26,7 @@ from fastweights.checks import check_int
 from fastweights.cl.objective import TaskTensors, embed_tasks, synthetic_feature_tasks
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.streams import SCENARIOS
+from fastweights.data.task_augment import TaskAugment
 from fastweights.models.in_context import InContextClassifier
 
 __all__ = [
@@ -137,6 +138,7 @@ def sample_task_sequences(
     scenario: str = "domain",
     first_shot: bool = False,
     device: torch.device | str = "cpu",
+    augment: TaskAugment | None = None,
 ) -> list[TaskTensors]:
     """``batch_size`` sequences of ``len(order)`` tasks, position ``t`` from ``samplers[order[t]]``.
 
@@ -146,8 +148,10 @@ def sample_task_sequences(
     (``pool.mean``, ``pool.std``, ``pool.channels``). Labels: see :func:`task_label_space`; with
     ``scenario="class"`` position ``t``'s labels are shifted by ``n_way * t``
     (:func:`shift_class_labels`). The ACL paper's multi-domain sequences (§4.2: Omniglot and
-    Mini-ImageNet tasks in alternating order) and 5-task sequences (§4.4). Fully determined by
-    ``rng``'s state (and torch's, if the backbone has dropout in training mode).
+    Mini-ImageNet tasks in alternating order) and 5-task sequences (§4.4). ``augment`` (training
+    only): each task's view drawn after its sampler's episodes, from ``rng``
+    (:meth:`~fastweights.data.task_augment.TaskAugment.apply`). Fully determined by ``rng``'s state
+    (and torch's, if the backbone has dropout in training mode).
 
     Returns:
         ``len(order)`` :class:`~fastweights.cl.objective.TaskTensors` with features ``[B, N*K, F]``
@@ -181,6 +185,8 @@ def sample_task_sequences(
             first_shot=first_shot,
         )
         pool = sampler.pool
+        if augment is not None:
+            batches = augment.apply(batches, rng, channels=pool.channels)
         embedded = embed_tasks(model, batches, pool.mean, pool.std, device, channels=pool.channels)
         for t, task in zip(positions, embedded, strict=True):
             tasks[t] = task
@@ -215,6 +221,7 @@ class TaskSource:
         first_shot: also sample the first-shot demos of ACL App. A.6 (image steps only).
         tasks_per_sampler: the former spelling of ``num_tasks = len(samplers) * tasks_per_sampler``
             (``None``: not given; an error together with ``num_tasks``).
+        augment: per-task grayscale / low-resolution views of image tasks (``None``: none).
 
     Raises:
         ValueError: if ``samplers`` is empty, ``num_tasks`` is not an int >= 1, or both ``num_tasks``
@@ -233,6 +240,7 @@ class TaskSource:
     n_query: int = 0
     first_shot: bool = False
     tasks_per_sampler: int | None = None
+    augment: TaskAugment | None = None
 
     def __post_init__(self) -> None:
         if len(self.samplers) == 0:
@@ -291,6 +299,7 @@ class TaskSource:
                 scenario=self.scenario,
                 first_shot=self.first_shot,
                 device=device,
+                augment=self.augment,
             )
         space = task_label_space(
             self.scenario,

@@ -173,6 +173,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         scenario=t.scenario,
         n_query=t.n_query,
         first_shot=t.first_shot_loss,
+        augment=t.augment,
     )
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:

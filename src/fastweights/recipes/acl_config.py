@@ -15,6 +15,7 @@ from fastweights.checks import check_choice, check_choices, check_device, check_
 from fastweights.cl.protocols import SCENARIOS
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import CLASS_POOLS, FASHION_MNIST_DEBIAN, SPLIT_DATASETS, PoolConfig
+from fastweights.data.task_augment import TaskAugment
 from fastweights.models.classifier_config import ClassifierConfig, check_label_space
 from fastweights.recipes.common import OptimConfig
 
@@ -77,6 +78,9 @@ class TrainConfig(OptimConfig):
     online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
     val_episodes: int = 100
     curriculum: list[CurriculumStage] = field(default_factory=list)
+    #: per-task grayscale / low-resolution views of meta-training tasks (this library's domain
+    #: randomisation; all 0 = off, the reference's setting)
+    augment: TaskAugment = field(default_factory=TaskAugment)
 
     def __post_init__(self) -> None:
         super().__post_init__()
