@@ -179,6 +179,10 @@ CASES = [
         [*ACL_NEW, "train.sequence_domains=mixed"],
         r"train\.sequence_domains",
     ),
+    Case("acl-augment-gray-high", [*ACL_NEW, "train.augment.grayscale=1.5"], r"train\.augment\.grayscale"),
+    Case("acl-augment-low-res-text", [*ACL_NEW, "train.augment.low_res=often"], r"train\.augment\.low_res"),
+    Case("acl-augment-size-1", [*ACL_NEW, "train.augment.low_res_size=1"], r"train\.augment\.low_res_size"),
+    Case("acl-augment-unknown", [*ACL_NEW, "train.augment.blur=0.5"], r"train\.augment\.blur"),
     Case(
         "acl-class-scenario-too-few-outputs",
         [*ACL_NEW, "train.scenario=class", "train.num_tasks=5", "train.n_way=2"],

@@ -70,7 +70,13 @@ def test_resume_continues_exactly(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "flag", ["train.acl_loss=false", "train.first_shot_loss=true", "train.online_weight=0.5"]
+    "flag",
+    [
+        "train.acl_loss=false",
+        "train.first_shot_loss=true",
+        "train.online_weight=0.5",
+        "train.augment.low_res=0.5",
+    ],
 )
 def test_loss_variants_train(tmp_path, flag):
     summary = acl.train(_cfg(tmp_path, "train.max_steps=2", flag), tmp_path / "run")
