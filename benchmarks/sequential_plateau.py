@@ -15,7 +15,7 @@ Each variant is ``key=value[,key=value...]`` over these settings:
     beta_init    mean of the SRWM's learning-rate block (0)
     q_scale, k_scale, y_scale   factors on the SRWM's W_q / W_k / W_y blocks after init (1)
     in_scale     factor on the input projection's weights and bias (the scale of layer 1's input) (1)
-    label_scale  factor on the input projection's label columns (1)
+    label_scale  factor on the input projection's label columns (model.label_init_scale) (1)
     pre_ln       1: the SRWM reads LayerNorm(x) (a learned LayerNorm per layer), as DeltaNet does (0)
     input_softmax 1: softmax over each head's slice of the SRWM input (modern-srwm RL option) (0)
     lr, warmup, batch, dropout, d_model, heads, layers, noise
@@ -25,7 +25,8 @@ mean largest softmax probability of its keys and queries (1/E = 0.0625 is unifor
 sum-normalised elu+1 maps), and the gradient norm reaching each block of the slow weights.
 
     python benchmarks/sequential_plateau.py layer=deltanet layer=srwm layer=lstm --steps 2000
-    python benchmarks/sequential_plateau.py pre_ln=1 init=modern in_scale=4 --steps 2000 --json out.json
+    python benchmarks/sequential_plateau.py pre_ln=1 init=modern in_scale=4 --steps 2000 --json out.jsonl
+    python benchmarks/sequential_plateau.py --plot out.jsonl --out curves.png   # curves of saved runs
 
 Timing notes: one thread per process (``torch.set_num_threads(1)``); ~2 min per 1,000 SRWM steps here.
 """
@@ -100,11 +101,11 @@ def build(s: dict[str, Any]) -> InContextClassifier:
         num_layers=s["layers"],
         dropout=s["dropout"],
         sequence_layer=s["layer"],
+        label_init_scale=s["label_scale"],
     )
     with torch.no_grad():
         model.input_proj.weight.mul_(s["in_scale"])
         model.input_proj.bias.mul_(s["in_scale"])
-        model.input_proj.weight[:, FEATURES:].mul_(s["label_scale"])
         for layer in model.seq_layers:
             if not isinstance(layer, SRWMLayer):
                 continue
@@ -238,14 +239,41 @@ def run(settings: dict[str, Any], steps: int, every: int, seed: int) -> dict[str
     return {"settings": settings, "init": report, "curve": curve, "seconds": time.perf_counter() - t0}
 
 
+def plot(jsonl: str, out: str) -> None:
+    """Held-out accuracy vs step of every run saved in ``jsonl`` (one line per variant)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.subplots()
+    with open(jsonl) as f:
+        for i, line in enumerate(f):
+            res = json.loads(line)
+            steps, accs = zip(*res["curve"], strict=True)
+            style = ("-", "--", ":")[i // 10 % 3]  # matplotlib's 10 colours, then another line style
+            ax.plot(steps, [100 * a for a in accs], ls=style, color=f"C{i % 10}", label=res["variant"])
+    ax.axhline(20, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("training step (synthetic delayed-label streams)")
+    ax.set_ylabel("held-out accuracy, 2nd+ occurrence (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("variants", nargs="+", help="'base' or key=value[,key=value...]")
+    p.add_argument("variants", nargs="*", help="'base' or key=value[,key=value...]")
+    p.add_argument("--plot", help="plot the runs saved in this JSON-lines file instead of training")
+    p.add_argument("--out", default="sequential_plateau.png", help="the --plot image")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="append one JSON line per variant to this file")
     args = p.parse_args()
+    if args.plot:
+        plot(args.plot, args.out)
+        return
+    if not args.variants:
+        p.error("give at least one variant (or --plot FILE)")
     torch.set_num_threads(1)
     for v in args.variants:
         settings = (

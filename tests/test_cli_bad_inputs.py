@@ -182,6 +182,7 @@ CASES = [
     Case("acl-augment-gray-high", [*ACL_NEW, "train.augment.grayscale=1.5"], r"train\.augment\.grayscale"),
     Case("acl-augment-low-res-text", [*ACL_NEW, "train.augment.low_res=often"], r"train\.augment\.low_res"),
     Case("acl-augment-size-1", [*ACL_NEW, "train.augment.low_res_size=1"], r"train\.augment\.low_res_size"),
+    Case("acl-label-init-scale-0", [*ACL_NEW, "model.label_init_scale=0"], r"model\.label_init_scale"),
     Case("acl-augment-unknown", [*ACL_NEW, "train.augment.blur=0.5"], r"train\.augment\.blur"),
     Case(
         "acl-class-scenario-too-few-outputs",

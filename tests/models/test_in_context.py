@@ -18,6 +18,15 @@ def _golden_model():
     return model, g
 
 
+class _Features(torch.nn.Module):
+    """Identity backbone over 8-dimensional features."""
+
+    feature_dim = 8
+
+    def forward(self, x):
+        return x
+
+
 def _bt(t):  # time-major [L, B, ...] -> batch-major [B, L, ...]
     return t.transpose(0, 1).contiguous()
 
@@ -251,3 +260,22 @@ def test_empty_sequences_and_batches_give_empty_logits_and_keep_the_state(name):
         assert model.query(x[:0]).shape == (0, 4, 3)
         logits, online, _ = model.forward_features_online(model.embed(x[:0]), y[:0])
         assert logits.shape == online.shape == (0, 4, 3)
+
+
+def test_label_init_scale_scales_only_the_label_columns():
+    torch.manual_seed(0)
+    base = InContextClassifier(_Features(), 3, d_model=16, num_heads=4)
+    torch.manual_seed(0)
+    scaled = InContextClassifier(_Features(), 3, d_model=16, num_heads=4, label_init_scale=4.0)
+    f = _Features.feature_dim
+    w, v = base.input_proj.weight, scaled.input_proj.weight
+    assert torch.equal(w[:, :f], v[:, :f]) and torch.equal(base.input_proj.bias, scaled.input_proj.bias)
+    torch.testing.assert_close(v[:, f:], 4.0 * w[:, f:], rtol=0, atol=0)
+    for a, b in zip(base.seq_layers.parameters(), scaled.seq_layers.parameters(), strict=True):
+        assert torch.equal(a, b)  # the same random stream for everything else
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "big"])
+def test_label_init_scale_must_be_positive(bad):
+    with pytest.raises(ValueError, match="label_init_scale"):
+        InContextClassifier(_Features(), 3, d_model=16, num_heads=4, label_init_scale=bad)

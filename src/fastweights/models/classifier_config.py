@@ -30,6 +30,8 @@ class ClassifierConfig:
     channels: int = 32
     norm: str = "instance"
     pool_before_norm: bool = False
+    #: factor on the initial weights of the input projection's label columns (1 = the reference)
+    label_init_scale: float = 1.0
 
     def __post_init__(self) -> None:
         """Check every field without building a model (``ValueError`` naming the field)."""
@@ -42,6 +44,7 @@ class ClassifierConfig:
         check_real("dropout", self.dropout, 0, 1, high_open=True)
         check_real("vision_dropout", self.vision_dropout, 0, 1, high_open=True)
         check_choice("norm", self.norm, NORMS)
+        check_real("label_init_scale", self.label_init_scale, 0.0, low_open=True)
 
 
 def check_label_space(num_classes: int, ways: dict[str, list[int]]) -> None:
@@ -82,4 +85,5 @@ def build_classifier(m: ClassifierConfig, *, image_size: int, in_channels: int =
         d_ff=m.ff_factor * m.d_model,
         dropout=m.dropout,
         sequence_layer=m.sequence_layer,
+        label_init_scale=m.label_init_scale,
     )

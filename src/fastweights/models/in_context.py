@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fastweights.checks import check_real
 from fastweights.layers import FeedForward, make_sequence_layer
 from fastweights.layers.base import check_input_dtype, check_layer_input
 from fastweights.ops._common import describe
@@ -31,6 +32,11 @@ class InContextClassifier(nn.Module):
         num_classes: number of output classes ``N``; labels are in ``0..N-1`` and ``N`` = unknown.
         d_model, num_layers, num_heads, d_ff, dropout: the sequence part (ACL: 256, 2, 16, 512, 0.1).
         sequence_layer: name accepted by ``fastweights.layers.make_sequence_layer`` (default "srwm").
+        label_init_scale: factor on the initial weights of ``input_proj``'s ``N + 1`` label columns
+            (1 = PyTorch's default init, the reference's). With the default init a label one-hot
+            contributes ~1/9 of the first layer input's RMS against 128 features; a larger factor makes
+            the label token more visible from the start, which shortens the delayed-label plateau of
+            every sequence layer (this library's option; ``docs/results.md``, issue 13).
 
     Call ``logits, state = model(images [B, T, C, S, S], labels [B, T] int64, state=None)``. The
     state is a tuple with one entry per sequence layer (``num_layers``); ``None`` starts from the slow
@@ -38,7 +44,8 @@ class InContextClassifier(nn.Module):
     initial state when ``state`` is None), as the sequence layers do.
 
     Raises:
-        ValueError: for ``num_classes < 2`` or a bad layer size (see ``make_sequence_layer``).
+        ValueError: for ``num_classes < 2``, a ``label_init_scale`` that is not a finite number > 0, or
+            a bad layer size (see ``make_sequence_layer``).
     """
 
     def __init__(
@@ -52,12 +59,16 @@ class InContextClassifier(nn.Module):
         d_ff: int = 512,
         dropout: float = 0.0,
         sequence_layer: str = "srwm",
+        label_init_scale: float = 1.0,
     ) -> None:
         super().__init__()
         if num_classes < 2:
             raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
+        check_real("label_init_scale", label_init_scale, 0.0, low_open=True)
         self.backbone, self.num_classes = backbone, num_classes
         self.input_proj = nn.Linear(backbone.feature_dim + num_classes + 1, d_model)
+        with torch.no_grad():
+            self.input_proj.weight[:, backbone.feature_dim :].mul_(float(label_init_scale))
         self.seq_layers = nn.ModuleList(
             make_sequence_layer(sequence_layer, d_model, num_heads, dropout=dropout)
             for _ in range(num_layers)
