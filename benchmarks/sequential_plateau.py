@@ -14,7 +14,7 @@ Each variant is ``key=value[,key=value...]`` over these settings:
     init         acl | modern (SRWM: W_q std 0.01/sqrt(E) or 1/sqrt(E))
     beta_init    mean of the SRWM's learning-rate block (0)
     q_scale, k_scale, y_scale   factors on the SRWM's W_q / W_k / W_y blocks after init (1)
-    in_scale     factor on the input projection's weights and bias (the scale of layer 1's input) (1)
+    in_scale     factor on the input projection's weights and bias (model.input_init_scale) (1)
     label_scale  factor on the input projection's label columns (model.label_init_scale) (1)
     pre_ln       1: the SRWM reads LayerNorm(x) (a learned LayerNorm per layer), as DeltaNet does (0)
     input_softmax 1: softmax over each head's slice of the SRWM input (modern-srwm RL option) (0)
@@ -102,10 +102,11 @@ def build(s: dict[str, Any]) -> InContextClassifier:
         dropout=s["dropout"],
         sequence_layer=s["layer"],
         label_init_scale=s["label_scale"],
+        input_init_scale=s["in_scale"],
     )
+    # the SRWM blocks are re-drawn after construction (not via layer_options), so every variant shares
+    # the construction's random stream: the input projection, FF and head weights are the same in all
     with torch.no_grad():
-        model.input_proj.weight.mul_(s["in_scale"])
-        model.input_proj.bias.mul_(s["in_scale"])
         for layer in model.seq_layers:
             if not isinstance(layer, SRWMLayer):
                 continue

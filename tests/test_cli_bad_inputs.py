@@ -183,6 +183,13 @@ CASES = [
     Case("acl-augment-low-res-text", [*ACL_NEW, "train.augment.low_res=often"], r"train\.augment\.low_res"),
     Case("acl-augment-size-1", [*ACL_NEW, "train.augment.low_res_size=1"], r"train\.augment\.low_res_size"),
     Case("acl-label-init-scale-0", [*ACL_NEW, "model.label_init_scale=0"], r"model\.label_init_scale"),
+    Case("acl-input-init-scale-text", [*ACL_NEW, "model.input_init_scale=big"], r"model\.input_init_scale"),
+    Case(
+        "acl-layer-options-unknown",
+        [*ACL_NEW, "model.layer_options={{inits: modern}}"],
+        r"model\.layer_options",
+    ),
+    Case("acl-layer-options-list", [*ACL_NEW, "model.layer_options=[1]"], r"model\.layer_options"),
     Case("acl-augment-unknown", [*ACL_NEW, "train.augment.blur=0.5"], r"train\.augment\.blur"),
     Case(
         "acl-class-scenario-too-few-outputs",

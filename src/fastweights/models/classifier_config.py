@@ -5,14 +5,15 @@ recipes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from fastweights.checks import check_choice, check_ints, check_real
-from fastweights.layers import SEQUENCE_LAYERS
+from fastweights.layers import SEQUENCE_LAYERS, make_sequence_layer
 from fastweights.models.backbones import NORMS, Conv4
 from fastweights.models.in_context import InContextClassifier
 
-__all__ = ["ClassifierConfig", "build_classifier", "check_label_space"]
+__all__ = ["ClassifierConfig", "build_classifier", "check_label_space", "check_layer_options"]
 
 
 @dataclass
@@ -32,6 +33,10 @@ class ClassifierConfig:
     pool_before_norm: bool = False
     #: factor on the initial weights of the input projection's label columns (1 = the reference)
     label_init_scale: float = 1.0
+    #: factor on the input projection's initial weights and bias (1 = the reference)
+    input_init_scale: float = 1.0
+    #: extra keyword options of every sequence layer, e.g. {init: modern} for the SRWM
+    layer_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Check every field without building a model (``ValueError`` naming the field)."""
@@ -45,6 +50,26 @@ class ClassifierConfig:
         check_real("vision_dropout", self.vision_dropout, 0, 1, high_open=True)
         check_choice("norm", self.norm, NORMS)
         check_real("label_init_scale", self.label_init_scale, 0.0, low_open=True)
+        check_real("input_init_scale", self.input_init_scale, 0.0, low_open=True)
+        check_layer_options(self.sequence_layer, self.d_model, self.num_heads, self.layer_options)
+
+
+def check_layer_options(name: str, d_model: int, num_heads: int, options: Any) -> None:
+    """``options`` are keyword options a ``name`` sequence layer accepts (checked by building one).
+
+    Raises:
+        ValueError: naming ``layer_options`` when it is not a mapping or the layer refuses an option.
+    """
+    if not isinstance(options, dict):
+        raise ValueError(f"layer_options: expected a mapping of layer options, got {options!r}")
+    if not options:
+        return
+    if "dropout" in options:
+        raise ValueError("layer_options: 'dropout' is set by model.dropout; expected other options")
+    try:
+        make_sequence_layer(name, d_model, num_heads, **options)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"layer_options: {sorted(options)} not accepted by {name!r}: {err}") from None
 
 
 def check_label_space(num_classes: int, ways: dict[str, list[int]]) -> None:
@@ -86,4 +111,6 @@ def build_classifier(m: ClassifierConfig, *, image_size: int, in_channels: int =
         dropout=m.dropout,
         sequence_layer=m.sequence_layer,
         label_init_scale=m.label_init_scale,
+        input_init_scale=m.input_init_scale,
+        layer_options=dict(m.layer_options),
     )

@@ -32,6 +32,11 @@ class InContextClassifier(nn.Module):
         num_classes: number of output classes ``N``; labels are in ``0..N-1`` and ``N`` = unknown.
         d_model, num_layers, num_heads, d_ff, dropout: the sequence part (ACL: 256, 2, 16, 512, 0.1).
         sequence_layer: name accepted by ``fastweights.layers.make_sequence_layer`` (default "srwm").
+        input_init_scale: factor on the initial weights and bias of ``input_proj`` (1 = PyTorch's
+            default init, the reference's): the scale of the first sequence layer's input, which the
+            SRWM reads without normalisation (so it sets how peaked its softmax keys/queries start).
+        layer_options: extra keyword options of every sequence layer (e.g. ``{"init": "modern"}`` for
+            the SRWM), passed to ``make_sequence_layer``.
         label_init_scale: factor on the initial weights of ``input_proj``'s ``N + 1`` label columns
             (1 = PyTorch's default init, the reference's). With the default init a label one-hot
             contributes ~1/9 of the first layer input's RMS against 128 features; a larger factor makes
@@ -44,8 +49,9 @@ class InContextClassifier(nn.Module):
     initial state when ``state`` is None), as the sequence layers do.
 
     Raises:
-        ValueError: for ``num_classes < 2``, a ``label_init_scale`` that is not a finite number > 0, or
-            a bad layer size (see ``make_sequence_layer``).
+        ValueError: for ``num_classes < 2``, an ``input_init_scale`` or ``label_init_scale`` that is not
+            a finite number > 0, or a bad layer size (see ``make_sequence_layer``).
+        TypeError: for a ``layer_options`` key the layer does not accept (named by Python).
     """
 
     def __init__(
@@ -60,17 +66,22 @@ class InContextClassifier(nn.Module):
         dropout: float = 0.0,
         sequence_layer: str = "srwm",
         label_init_scale: float = 1.0,
+        input_init_scale: float = 1.0,
+        layer_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if num_classes < 2:
             raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
         check_real("label_init_scale", label_init_scale, 0.0, low_open=True)
+        check_real("input_init_scale", input_init_scale, 0.0, low_open=True)
         self.backbone, self.num_classes = backbone, num_classes
         self.input_proj = nn.Linear(backbone.feature_dim + num_classes + 1, d_model)
         with torch.no_grad():
+            self.input_proj.weight.mul_(float(input_init_scale))
+            self.input_proj.bias.mul_(float(input_init_scale))
             self.input_proj.weight[:, backbone.feature_dim :].mul_(float(label_init_scale))
         self.seq_layers = nn.ModuleList(
-            make_sequence_layer(sequence_layer, d_model, num_heads, dropout=dropout)
+            make_sequence_layer(sequence_layer, d_model, num_heads, dropout=dropout, **(layer_options or {}))
             for _ in range(num_layers)
         )
         self.ff_layers = nn.ModuleList(FeedForward(d_model, d_ff, dropout) for _ in range(num_layers))
