@@ -15,9 +15,9 @@ import argparse
 import time
 
 import torch
-from torch import nn
 
 from fastweights.cl.objective import acl_loss, synthetic_feature_tasks
+from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
 
 DEFAULTS = dict(
@@ -25,19 +25,12 @@ DEFAULTS = dict(
 )
 
 
-class IdealFeatures(nn.Module):
-    feature_dim = 128
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-
 def run(name: str, settings: dict, steps: int, seed: int) -> list[tuple[int, float, float, float]]:
     s = {**DEFAULTS, **settings}
     torch.manual_seed(seed)
     gen, val_gen = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(10_000 + seed)
     model = InContextClassifier(
-        IdealFeatures(),
+        FeatureInput(128),
         5,
         d_model=int(s["d_model"]),
         num_heads=int(s["heads"]),

@@ -28,7 +28,8 @@ sum-normalised elu+1 maps), and the gradient norm reaching each block of the slo
     python benchmarks/sequential_plateau.py pre_ln=1 init=modern in_scale=4 --steps 2000 --json out.jsonl
     python benchmarks/sequential_plateau.py --plot out.jsonl --out curves.png   # curves of saved runs
 
-Timing notes: one thread per process (``torch.set_num_threads(1)``); ~2 min per 1,000 SRWM steps here.
+Timing: one thread per process (``torch.set_num_threads(1)``); 1.6–2.5 min per 1,000 SRWM steps
+measured on one core shared by 3–4 such processes (docs/results.md).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from fastweights.cl.objective import synthetic_feature_tasks
 from fastweights.cl.sequential import delayed_label_stream, sequential_loss
 from fastweights.layers.deltanet import DeltaNetLayer
 from fastweights.layers.srwm import SRWMLayer
+from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
 
 FEATURES = 128  # Conv-4 with 32 channels at 32 px: the sequential preset's feature size
@@ -74,15 +76,6 @@ DEFAULTS: dict[str, Any] = dict(
 )
 
 
-class IdealFeatures(nn.Module):
-    """Stands in for the backbone: the synthetic tasks are already features."""
-
-    feature_dim = FEATURES
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x
-
-
 def _typed(key: str, value: str) -> Any:
     if key not in DEFAULTS:
         raise SystemExit(f"unknown setting {key!r}; expected one of {sorted(DEFAULTS)}")
@@ -93,7 +86,7 @@ def _typed(key: str, value: str) -> Any:
 def build(s: dict[str, Any]) -> InContextClassifier:
     """The sequential preset's sequence model with the variant's changes applied at initialisation."""
     model = InContextClassifier(
-        IdealFeatures(),
+        FeatureInput(FEATURES),
         s["n_way"],
         d_model=s["d_model"],
         num_heads=s["heads"],

@@ -30,18 +30,8 @@ import torch
 from torch import nn
 
 from fastweights.cl.objective import acl_loss, synthetic_feature_tasks
+from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
-
-
-class IdealFeatures(nn.Module):
-    """Stand-in backbone: the synthetic tasks are features already (``forward_features`` only)."""
-
-    def __init__(self, feature_dim: int) -> None:
-        super().__init__()
-        self.feature_dim = feature_dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
 
 
 def weight_differences(a: nn.Module, b: nn.Module) -> tuple[float, str, float]:
@@ -84,7 +74,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     features = 128
     fast = InContextClassifier(
-        IdealFeatures(features),
+        FeatureInput(features),
         args.n_way,
         d_model=args.d_model,
         num_heads=args.heads,

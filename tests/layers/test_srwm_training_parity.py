@@ -7,29 +7,24 @@ import dataclasses
 
 import pytest
 import torch
-from torch import nn
 
 import fastweights.layers.srwm as srwm_layer_module
 from fastweights.cl.objective import acl_loss, synthetic_feature_tasks
 from fastweights.layers import SRWMLayer
+from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
 
 FEATURES, N_WAY, K_SHOT = 6, 5, 13  # support sets of 65 steps: odd, across the fast path's 64-step chunk
 STEPS = 6
 
 
-class _Features(nn.Module):
-    feature_dim = FEATURES
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - features are given
-        return x
-
-
 def _train(impl: str, dtype: torch.dtype) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Adam steps of a 2-layer SRWM classifier on 2-task ACL sequences (state carried from task A's
     support set into task B's, online reads beside each support set, queries as reads)."""
     torch.manual_seed(0)
-    model = InContextClassifier(_Features(), N_WAY, d_model=8, num_heads=2, d_ff=16, num_layers=2).to(dtype)
+    model = InContextClassifier(
+        FeatureInput(FEATURES), N_WAY, d_model=8, num_heads=2, d_ff=16, num_layers=2
+    ).to(dtype)
     for layer in model.seq_layers:
         layer.impl = impl
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)

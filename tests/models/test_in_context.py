@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fastweights.layers import SEQUENCE_LAYERS
-from fastweights.models.backbones import Conv4
+from fastweights.models.backbones import Conv4, FeatureInput
 from fastweights.models.convert import in_context_from_reference
 from fastweights.models.in_context import InContextClassifier
 from tests.conftest import load_golden
@@ -16,15 +16,6 @@ def _golden_model():
     model = model.double().eval()
     model.load_state_dict(in_context_from_reference(g["state_dict"], num_layers=2))
     return model, g
-
-
-class _Features(torch.nn.Module):
-    """Identity backbone over 8-dimensional features."""
-
-    feature_dim = 8
-
-    def forward(self, x):
-        return x
 
 
 def _bt(t):  # time-major [L, B, ...] -> batch-major [B, L, ...]
@@ -264,10 +255,10 @@ def test_empty_sequences_and_batches_give_empty_logits_and_keep_the_state(name):
 
 def test_label_init_scale_scales_only_the_label_columns():
     torch.manual_seed(0)
-    base = InContextClassifier(_Features(), 3, d_model=16, num_heads=4)
+    base = InContextClassifier(FeatureInput(8), 3, d_model=16, num_heads=4)
     torch.manual_seed(0)
-    scaled = InContextClassifier(_Features(), 3, d_model=16, num_heads=4, label_init_scale=4.0)
-    f = _Features.feature_dim
+    scaled = InContextClassifier(FeatureInput(8), 3, d_model=16, num_heads=4, label_init_scale=4.0)
+    f = 8
     w, v = base.input_proj.weight, scaled.input_proj.weight
     assert torch.equal(w[:, :f], v[:, :f]) and torch.equal(base.input_proj.bias, scaled.input_proj.bias)
     torch.testing.assert_close(v[:, f:], 4.0 * w[:, f:], rtol=0, atol=0)
@@ -278,4 +269,12 @@ def test_label_init_scale_scales_only_the_label_columns():
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "big"])
 def test_label_init_scale_must_be_positive(bad):
     with pytest.raises(ValueError, match="label_init_scale"):
-        InContextClassifier(_Features(), 3, d_model=16, num_heads=4, label_init_scale=bad)
+        InContextClassifier(FeatureInput(8), 3, d_model=16, num_heads=4, label_init_scale=bad)
+
+
+def test_feature_input_passes_features_through_and_checks_its_size():
+    x = torch.randn(4, 8)
+    assert FeatureInput(8)(x) is x and FeatureInput(8).feature_dim == 8
+    for bad in (0, 2.5, "8"):
+        with pytest.raises(ValueError, match="feature_dim"):
+            FeatureInput(bad)

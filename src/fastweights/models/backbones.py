@@ -7,7 +7,7 @@ from torch import Tensor, nn
 from fastweights.layers.base import check_input_dtype
 from fastweights.ops._common import check_finite, check_positive_int, describe
 
-__all__ = ["Conv4", "NORMS"]
+__all__ = ["Conv4", "FeatureInput", "NORMS"]
 
 NORMS = ("instance", "batch", "none")  # the normalisations of Conv4's blocks
 
@@ -92,3 +92,21 @@ class Conv4(nn.Module):
         if images.shape[0] == 0:  # the norms reject empty batches
             return images.new_zeros(0, self.feature_dim)
         return self.blocks(images).flatten(1)
+
+
+class FeatureInput(nn.Module):
+    """Stand-in backbone for inputs that already are features (``[N, F]`` in, the same tensor out):
+    an :class:`~fastweights.models.in_context.InContextClassifier` over synthetic or cached features,
+    used through ``forward_features`` / ``query_features``.
+
+    Raises:
+        ValueError: unless ``feature_dim`` is an int >= 1.
+    """
+
+    def __init__(self, feature_dim: int) -> None:
+        super().__init__()
+        check_positive_int("feature_dim", feature_dim)
+        self.feature_dim = feature_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
