@@ -190,6 +190,11 @@ CASES = [
         r"model\.layer_options",
     ),
     Case("acl-layer-options-list", [*ACL_NEW, "model.layer_options=[1]"], r"model\.layer_options"),
+    Case(
+        "acl-layer-options-per-layer-unknown",
+        [*ACL_NEW, "model.layer_options={{srwm: {{inits: modern}}}}"],
+        r"model\.layer_options\.srwm",
+    ),
     Case("acl-augment-unknown", [*ACL_NEW, "train.augment.blur=0.5"], r"train\.augment\.blur"),
     Case(
         "acl-class-scenario-too-few-outputs",

@@ -41,6 +41,17 @@ def test_layer_options_reach_every_sequence_layer():
     assert q_std > 0.2  # modern init: W_q std 1/sqrt(E) = 0.5, not 0.005
 
 
+def test_per_layer_options_apply_only_to_the_selected_layer():
+    options = {"srwm": {"init": "modern"}, "deltanet": {"chunk_size": 8}}
+    srwm = build_classifier(_small(layer_options=options), image_size=16)
+    assert all(layer.init == "modern" for layer in srwm.seq_layers)
+    assert _small(sequence_layer="lstm", layer_options=options).sequence_layer_options() == {}
+    deltanet = _small(sequence_layer="deltanet", layer_options=options)
+    assert deltanet.sequence_layer_options() == {"chunk_size": 8}
+    # the flat form is the selected layer's options
+    assert _small(layer_options={"init": "modern"}).sequence_layer_options() == {"init": "modern"}
+
+
 @pytest.mark.parametrize(
     ("kw", "pattern"),
     [
@@ -49,6 +60,10 @@ def test_layer_options_reach_every_sequence_layer():
         ({"layer_options": {"dropout": 0.1}}, r"layer_options: 'dropout' is set by model.dropout"),
         ({"layer_options": ["init"]}, r"layer_options: expected a mapping"),
         ({"sequence_layer": "deltanet", "layer_options": {"init": "modern"}}, r"not accepted by 'deltanet'"),
+        ({"layer_options": {"srwm": {"init": "x"}}}, r"layer_options\.srwm: \['init'\] not accepted"),
+        ({"layer_options": {"deltanet": {"init": "modern"}}}, r"layer_options\.deltanet: .*not accepted by"),
+        ({"layer_options": {"srwm": "modern"}}, r"layer_options\.srwm: expected a mapping"),
+        ({"layer_options": {"srwm": {}, "init": "modern"}}, r"\['srwm'\] mixed with \['init'\]"),
         ({"input_init_scale": 0.0}, r"input_init_scale"),
         ({"label_init_scale": float("inf")}, r"label_init_scale"),
     ],

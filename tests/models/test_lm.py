@@ -274,11 +274,21 @@ def test_generate_checks_arguments_and_restores_the_mode():
         ("layer_options", None),
         ("layer_options", {"mini_batch_size": 4}),
         ("layer_options", {"dropout": 0.1}),
+        ("layer_options", {"ttt_linear": {"mini_batch_size": 4}}),
+        ("layer_options", {"srwm": {}, "chunk_size": 8}),
     ],
 )
 def test_config_rejects_bad_fields_by_name(field, value):
     with pytest.raises(ValueError, match=field.split("_")[0]):
         LMConfig(**{field: value}).validate()
+
+
+def test_per_layer_options_reach_only_the_selected_layer():
+    options = {"srwm": {"init": "modern"}, "deltanet": {"chunk_size": 8}}
+    cfg = LMConfig.preset("micro", d_model=16, num_heads=2, layer_options=options, sequence_layer="srwm")
+    model = LMBackbone(cfg)
+    assert all(layer.seq_modeling_block.init == "modern" for layer in model.layers)
+    assert LMConfig(sequence_layer="softmax_attention", layer_options=options).sequence_layer_options() == {}
 
 
 def test_config_preset_and_from_dict_errors_are_value_errors():

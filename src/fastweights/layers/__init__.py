@@ -25,6 +25,8 @@ __all__ = [
     "TTTMLPLayer",
     "SequenceLayer",
     "make_sequence_layer",
+    "layer_options_for",
+    "per_layer_options",
     "SEQUENCE_LAYERS",
 ]
 
@@ -61,3 +63,40 @@ def make_sequence_layer(
         raise ValueError(f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {name!r}")
     cls, defaults = _REGISTRY[name]
     return cls(d_model, num_heads, dropout=dropout, **{**defaults, **options})
+
+
+def per_layer_options(options: dict[str, Any]) -> dict[str, Any] | None:
+    """``options`` in the per-layer form (keyed by layer names), or None when they are one layer's options.
+
+    Recipes take a layer's options either directly (``{init: modern}``, for the layer the config
+    selects) or per layer name (``{srwm: {init: modern}, deltanet: {chunk_size: 32}}``, so that one
+    config serves a comparison over several layers).
+
+    Raises:
+        ValueError: naming ``layer_options`` when layer names and option names are mixed, or when a
+            per-layer entry is not a mapping.
+    """
+    names = sorted(k for k in options if k in _REGISTRY)
+    if not names:
+        return None
+    if len(names) < len(options):
+        others = sorted(k for k in options if k not in _REGISTRY)
+        raise ValueError(
+            "layer_options: expected options of the selected sequence layer or a mapping from layer names "
+            f"to options, got layer names {names} mixed with {others}"
+        )
+    for name in names:
+        if not isinstance(options[name], dict):
+            got = options[name]
+            raise ValueError(f"layer_options.{name}: expected a mapping of layer options, got {got!r}")
+    return options
+
+
+def layer_options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options of layer ``name`` in ``options`` (either form of :func:`per_layer_options`).
+
+    Raises:
+        ValueError: as :func:`per_layer_options`.
+    """
+    per_layer = per_layer_options(options)
+    return dict(options if per_layer is None else per_layer.get(name, {}))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastweights.checks import check_choice, check_ints, check_real
-from fastweights.layers import SEQUENCE_LAYERS, make_sequence_layer
+from fastweights.layers import SEQUENCE_LAYERS, layer_options_for, make_sequence_layer, per_layer_options
 from fastweights.models.backbones import NORMS, Conv4
 from fastweights.models.in_context import InContextClassifier
 
@@ -35,7 +35,8 @@ class ClassifierConfig:
     label_init_scale: float = 1.0
     #: factor on the input projection's initial weights and bias (1 = the reference)
     input_init_scale: float = 1.0
-    #: extra keyword options of every sequence layer, e.g. {init: modern} for the SRWM
+    #: extra keyword options of the sequence layers: options of ``sequence_layer`` ({init: modern}), or
+    #: options per layer name ({srwm: {init: modern}}; only ``sequence_layer``'s entry is used)
     layer_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -51,25 +52,39 @@ class ClassifierConfig:
         check_choice("norm", self.norm, NORMS)
         check_real("label_init_scale", self.label_init_scale, 0.0, low_open=True)
         check_real("input_init_scale", self.input_init_scale, 0.0, low_open=True)
-        check_layer_options(self.sequence_layer, self.d_model, self.num_heads, self.layer_options)
+        if not isinstance(self.layer_options, dict):
+            got = self.layer_options
+            raise ValueError(f"layer_options: expected a mapping of layer options, got {got!r}")
+        per_layer = per_layer_options(self.layer_options)
+        if per_layer is None:
+            check_layer_options(self.sequence_layer, self.d_model, self.num_heads, self.layer_options)
+        else:
+            for name, options in per_layer.items():
+                check_layer_options(name, self.d_model, self.num_heads, options, key=f"layer_options.{name}")
+
+    def sequence_layer_options(self) -> dict[str, Any]:
+        """The keyword options of ``sequence_layer`` that ``layer_options`` sets (either form)."""
+        return layer_options_for(self.sequence_layer, self.layer_options)
 
 
-def check_layer_options(name: str, d_model: int, num_heads: int, options: Any) -> None:
+def check_layer_options(
+    name: str, d_model: int, num_heads: int, options: Any, *, key: str = "layer_options"
+) -> None:
     """``options`` are keyword options a ``name`` sequence layer accepts (checked by building one).
 
     Raises:
-        ValueError: naming ``layer_options`` when it is not a mapping or the layer refuses an option.
+        ValueError: naming ``key`` when it is not a mapping or the layer refuses an option.
     """
     if not isinstance(options, dict):
-        raise ValueError(f"layer_options: expected a mapping of layer options, got {options!r}")
+        raise ValueError(f"{key}: expected a mapping of layer options, got {options!r}")
     if not options:
         return
     if "dropout" in options:
-        raise ValueError("layer_options: 'dropout' is set by model.dropout; expected other options")
+        raise ValueError(f"{key}: 'dropout' is set by model.dropout; expected other options")
     try:
         make_sequence_layer(name, d_model, num_heads, **options)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"layer_options: {sorted(options)} not accepted by {name!r}: {err}") from None
+        raise ValueError(f"{key}: {sorted(options)} not accepted by {name!r}: {err}") from None
 
 
 def check_label_space(num_classes: int, ways: dict[str, list[int]]) -> None:
@@ -112,5 +127,5 @@ def build_classifier(m: ClassifierConfig, *, image_size: int, in_channels: int =
         sequence_layer=m.sequence_layer,
         label_init_scale=m.label_init_scale,
         input_init_scale=m.input_init_scale,
-        layer_options=dict(m.layer_options),
+        layer_options=m.sequence_layer_options(),
     )

@@ -46,7 +46,13 @@ from torch.nn import functional as F
 
 from fastweights.config import rename_deprecated
 from fastweights.io import atomic_write_bytes, atomic_write_json
-from fastweights.layers import SEQUENCE_LAYERS, SequenceLayer, make_sequence_layer
+from fastweights.layers import (
+    SEQUENCE_LAYERS,
+    SequenceLayer,
+    layer_options_for,
+    make_sequence_layer,
+    per_layer_options,
+)
 from fastweights.layers.base import check_layer_input
 from fastweights.layers.conv import causal_depthwise_conv
 
@@ -183,13 +189,19 @@ class LMConfig:
             raise ValueError(f"tie_word_embeddings: expected a bool, got {self.tie_word_embeddings!r}")
         if not isinstance(self.layer_options, dict):
             raise ValueError(f"layer_options: expected a dict, got {self.layer_options!r}")
-        typed = sorted(set(self.layer_options) & _TYPED_OPTIONS)
+        per_layer = per_layer_options(self.layer_options)
+        entries = [self.layer_options] if per_layer is None else list(per_layer.values())
+        typed = sorted(set().union(*entries) & _TYPED_OPTIONS)
         if typed:
             raise ValueError(
                 f"layer_options: {typed} are set by the config itself (fields or backbone); "
                 f"expected other options, e.g. {{'chunk_size': 32}}"
             )
         return self
+
+    def sequence_layer_options(self) -> dict[str, Any]:
+        """The keyword options of ``sequence_layer`` that ``layer_options`` sets (either form)."""
+        return layer_options_for(self.sequence_layer, self.layer_options)
 
     @property
     def resolved_backbone(self) -> str:
@@ -298,7 +310,7 @@ class _Block(nn.Module):
         if cfg.resolved_backbone == "mamba":
             self.conv = _PreConv(c, cfg.conv_kernel, cfg.rms_norm_eps)
         self.seq_modeling_block: SequenceLayer = make_sequence_layer(
-            cfg.sequence_layer, c, h, dropout=cfg.dropout, **{**options, **cfg.layer_options}
+            cfg.sequence_layer, c, h, dropout=cfg.dropout, **{**options, **cfg.sequence_layer_options()}
         )
         if cfg.sequence_layer in _TTT_LAYERS:  # the reference's RMSNorm eps
             self.seq_modeling_block.seq_norm.eps = cfg.rms_norm_eps
