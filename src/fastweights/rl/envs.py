@@ -1,0 +1,216 @@
+"""Vectorised multi-task environments with disjoint train / test level sets.
+
+One :class:`VecEnv` steps ``num_envs`` environments of several games at once (no task id is given to the
+agent, as in the SRWM paper's multi-task ProcGen setting, §4.3). Every episode is played on a *level*
+(a reset seed) drawn from a :class:`LevelSet`; the train and test sets of a preset are disjoint ranges
+(ProcGen's protocol: train levels 0–199, test levels from 1000). Episodes reset automatically.
+
+- :class:`MiniGridVecEnv`: gymnasium MiniGrid games (``minigrid`` package, pure Python), observed as the
+  symbolic 7×7 egocentric view ``[3, 7, 7]`` uint8 (object, colour, state indices), 7 actions.
+- ProcGen (``procgen2``, an optional extra) lives in :mod:`fastweights.rl.procgen`.
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["LevelSet", "StepResult", "VecEnv", "MiniGridVecEnv", "MINIGRID_ACTIONS", "import_minigrid"]
+
+MINIGRID_ACTIONS = 7  # left, right, forward, pickup, drop, toggle, done
+
+
+@dataclass(frozen=True)
+class LevelSet:
+    """Levels ``start .. start + count - 1`` (reset seeds of the environment)."""
+
+    start: int
+    count: int
+
+    def __post_init__(self) -> None:
+        for name in ("start", "count"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "start" else 1):
+                low = 0 if name == "start" else 1
+                raise ValueError(f"levels.{name}: expected an int >= {low}, got {value!r}")
+
+    def overlaps(self, other: LevelSet) -> bool:
+        """Whether the two ranges share a level."""
+        return self.start < other.start + other.count and other.start < self.start + self.count
+
+
+@dataclass
+class StepResult:
+    """One step of all environments.
+
+    Attributes:
+        obs: ``[N, *obs_shape]`` uint8, the next observation (the first of a new episode where ``done``).
+        reward: ``[N]`` float32, the reward of the step (unclipped).
+        done: ``[N]`` bool, the episode ended with this step (terminated or truncated).
+        episode_return: ``[N]`` float32, the finished episode's return where ``done``, NaN elsewhere.
+        episode_length: ``[N]`` int64, its length in steps where ``done``, 0 elsewhere.
+    """
+
+    obs: Tensor
+    reward: Tensor
+    done: Tensor
+    episode_return: Tensor
+    episode_length: Tensor
+
+
+class VecEnv(ABC):
+    """Interface of the vectorised environments (see the module docstring).
+
+    Attributes:
+        num_envs: ``N``. games: the game of each environment (``N`` names). num_actions: size of the
+        discrete action space shared by all games. obs_shape: shape of one observation.
+    """
+
+    num_envs: int
+    games: list[str]
+    num_actions: int
+    obs_shape: tuple[int, ...]
+
+    @abstractmethod
+    def reset(self) -> Tensor:
+        """Start a new episode in every environment; returns ``obs [N, *obs_shape]`` uint8."""
+
+    @abstractmethod
+    def step(self, actions: Tensor) -> StepResult:
+        """Apply ``actions [N]`` int64 (one per environment); auto-resets finished episodes."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bit-identically (for checkpoints)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the environments."""
+
+
+def import_minigrid() -> Any:
+    """Import ``gymnasium`` with the MiniGrid games registered.
+
+    Raises:
+        ImportError: naming the packages to install when ``minigrid`` is missing.
+    """
+    try:
+        import gymnasium
+        import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
+    except ImportError as err:
+        raise ImportError(
+            f"MiniGrid environments need the 'minigrid' and 'gymnasium' packages "
+            f"(pip install -r requirements.txt); import failed: {err}"
+        ) from None
+    return gymnasium
+
+
+class MiniGridVecEnv(VecEnv):
+    """``num_envs`` MiniGrid environments, assigned to ``games`` in turn (env ``i`` plays
+    ``games[i % len(games)]``); each episode's level is drawn uniformly from ``levels`` by a generator
+    seeded with ``seed`` (so the sequence of levels is reproducible).
+
+    Args:
+        games: gymnasium ids, e.g. ``["MiniGrid-DoorKey-5x5-v0", "MiniGrid-LavaGapS5-v0"]``; every game
+            must have :data:`MINIGRID_ACTIONS` actions.
+        num_envs: ``N >= len(games)``.
+        levels: the level set episodes are drawn from.
+        seed: seed of the level draws.
+
+    Raises:
+        ValueError: for an unknown game id (naming it and listing the MiniGrid ids), a game with another
+            action space, or ``num_envs < len(games)``.
+        ImportError: when ``minigrid`` is not installed.
+    """
+
+    def __init__(self, games: list[str], num_envs: int, levels: LevelSet, *, seed: int = 0) -> None:
+        gym = import_minigrid()
+        if not games:
+            raise ValueError("games: expected at least one MiniGrid id, got []")
+        known = sorted(k for k in gym.registry if k.startswith("MiniGrid-"))
+        unknown = [g for g in games if g not in known]
+        if unknown:
+            raise ValueError(f"games: expected MiniGrid ids (e.g. {known[:3]}), got unknown {unknown}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < len(games):
+            raise ValueError(f"num_envs: expected an int >= {len(games)} (one per game), got {num_envs!r}")
+        self.games = [games[i % len(games)] for i in range(num_envs)]
+        self._envs = [gym.make(g).unwrapped for g in self.games]
+        for game, env in zip(self.games, self._envs, strict=True):
+            if env.action_space.n != MINIGRID_ACTIONS:
+                raise ValueError(
+                    f"games: expected games with {MINIGRID_ACTIONS} actions, got {game!r} with "
+                    f"{env.action_space.n}"
+                )
+        self.num_envs, self.num_actions, self.obs_shape = num_envs, MINIGRID_ACTIONS, (3, 7, 7)
+        self.levels = levels
+        self._rng = np.random.default_rng(seed)
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
+        self._obs = np.zeros((num_envs, *self.obs_shape), dtype=np.uint8)
+
+    def _reset_env(self, i: int) -> None:
+        level = self.levels.start + int(self._rng.integers(self.levels.count))
+        obs, _ = self._envs[i].reset(seed=level)
+        self._obs[i] = obs["image"].transpose(2, 0, 1)
+        self._returns[i], self._lengths[i] = 0.0, 0
+
+    def reset(self) -> Tensor:
+        for i in range(self.num_envs):
+            self._reset_env(i)
+        return torch.from_numpy(self._obs.copy())
+
+    def step(self, actions: Tensor) -> StepResult:
+        acts = actions.detach().cpu().numpy() if isinstance(actions, Tensor) else np.asarray(actions)
+        if acts.shape != (self.num_envs,):
+            raise ValueError(f"actions: expected shape ({self.num_envs},), got {tuple(acts.shape)}")
+        reward = np.zeros(self.num_envs, dtype=np.float32)
+        done = np.zeros(self.num_envs, dtype=bool)
+        ep_return = np.full(self.num_envs, np.nan, dtype=np.float32)
+        ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        for i, env in enumerate(self._envs):
+            obs, r, terminated, truncated, _ = env.step(int(acts[i]))
+            reward[i] = r
+            self._returns[i] += r
+            self._lengths[i] += 1
+            if terminated or truncated:
+                done[i] = True
+                ep_return[i], ep_length[i] = self._returns[i], self._lengths[i]
+                self._reset_env(i)
+            else:
+                self._obs[i] = obs["image"].transpose(2, 0, 1)
+        return StepResult(
+            torch.from_numpy(self._obs.copy()),
+            torch.from_numpy(reward),
+            torch.from_numpy(done),
+            torch.from_numpy(ep_return),
+            torch.from_numpy(ep_length),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "envs": pickle.dumps(self._envs),
+            "rng": self._rng.bit_generator.state,
+            "returns": self._returns.copy(),
+            "lengths": self._lengths.copy(),
+            "obs": self._obs.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._envs = pickle.loads(state["envs"])
+        self._rng.bit_generator.state = state["rng"]
+        self._returns, self._lengths = state["returns"].copy(), state["lengths"].copy()
+        self._obs = state["obs"].copy()
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
