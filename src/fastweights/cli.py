@@ -31,10 +31,15 @@ _RECIPE_HELP = {
         "tiny",
         "ttt_linear,ttt_mlp,softmax_attention,deltanet",
     ),
+    "rl": (
+        "multi-task reinforcement learning with fast-weight policy cores, V-trace (SRWM paper §4.3)",
+        "smoke",
+        "srwm,deltanet,lstm,ff,fake_srwm,srwm_reset",
+    ),
 }
 # recipe -> deprecated spelling of `compare --models` (hidden; kept for one release)
 _DEPRECATED_MODELS_FLAG = {"lm": "--mixers"}
-_EVAL_EXAMPLE = {"acl": "eval.split_runs=2", "lm": "eval.windows=64"}
+_EVAL_EXAMPLE = {"acl": "eval.split_runs=2", "lm": "eval.windows=64", "rl": "eval.episodes=40"}
 _EXPORT_HELP = {
     "lm": "config.json + model.safetensors (CausalLM.from_pretrained)",
 }

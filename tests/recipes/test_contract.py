@@ -37,7 +37,7 @@ def test_every_registered_recipe_satisfies_the_contract(name):
 
 def test_unknown_recipe_is_named():
     with pytest.raises(ValueError, match="recipe: expected one of"):
-        get_recipe("rl")
+        get_recipe("ppo")
 
 
 def test_eval_command_is_a_runnable_eval_line(tmp_path):

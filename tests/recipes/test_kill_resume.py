@@ -1,5 +1,5 @@
 """Kill -9 at any instant, then ``--resume``: the same final weights and the same metrics log as an
-uninterrupted run (ACL and few-shot smoke presets on CPU, one thread)."""
+uninterrupted run (ACL, few-shot and RL smoke presets on CPU, one thread)."""
 
 from __future__ import annotations
 
@@ -61,16 +61,8 @@ _KILLER = textwrap.dedent(
 
 
 def _args(recipe, run, cache):
-    return [
-        recipe,
-        "train",
-        "--preset",
-        "smoke",
-        "--run-dir",
-        str(run),
-        f"data.cache_dir={cache}",
-        "train.threads=1",
-    ]
+    data = [] if recipe == "rl" else [f"data.cache_dir={cache}"]  # rl's environments have no data cache
+    return [recipe, "train", "--preset", "smoke", "--run-dir", str(run), *data, "train.threads=1"]
 
 
 def _killed(args, kind, nth):
@@ -110,11 +102,13 @@ _CHAINS = {
         ("after-log", 1),  # step-6 line written, its checkpoints not: resumes at 4
     ],
     "fewshot": [("after-save", 3), ("after-log", 1), ("inside-save", 1)],
+    # the environments, the carried core state and the action generator are in every checkpoint
+    "rl": [("after-log", 1), ("inside-save", 2), ("before-save", 3), ("after-log", 1)],
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["acl", "fewshot"])
+@pytest.mark.parametrize("recipe", ["acl", "fewshot", "rl"])
 def test_kill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path, recipe):
     cache = tmp_path / "cache"
     ref, run = tmp_path / "ref", tmp_path / "run"

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from fastweights.cli import main
-from fastweights.recipes import fewshot, lm
+from fastweights.recipes import fewshot, lm, rl
 from fastweights.train import checkpoint
 from tests.train.lock_holder import hold_in_subprocess
 
@@ -88,7 +88,7 @@ def test_eval_out_never_overwrites_another_run_without_force(trained, tmp_path, 
     assert main([*args[:4], str(out), *args[5:]]) == 0  # an earlier evaluation of the same run: replaced
 
 
-@pytest.mark.parametrize("recipe", [fewshot, lm])
+@pytest.mark.parametrize("recipe", [fewshot, lm, rl])
 def test_other_recipes_share_the_eval_and_export_guard(tmp_path, recipe):
     target = _copy_run_marker(tmp_path / "target")
     with pytest.raises(ValueError, match="already holds a run"):

@@ -46,6 +46,25 @@ def test_levels_come_from_the_level_set_and_are_reproducible():
     assert len(levels) > 1 and all(1000 <= s < 1003 for s in levels)
 
 
+def test_cycle_draw_gives_each_env_distinct_levels_with_stride_n():
+    env = MiniGridVecEnv(["MiniGrid-LavaGapS5-v0"], 2, LevelSet(100, 6), draw="cycle")
+    seen = {0: [], 1: []}
+    for i, inner in enumerate(env._envs):
+        orig = inner.reset
+
+        def spy(*args, seed=None, _orig=orig, _i=i, **kw):
+            seen[_i].append(seed)
+            return _orig(*args, seed=seed, **kw)
+
+        inner.reset = spy
+    env.reset()
+    _rollout(env, 300)
+    assert seen[0][:3] == [100, 102, 104] and seen[1][:3] == [101, 103, 105]
+    assert seen[0][3] == 100  # then it wraps around
+    with pytest.raises(ValueError, match=r"draw: expected 'uniform' or 'cycle'"):
+        MiniGridVecEnv(GAMES, 2, LevelSet(0, 3), draw="random")
+
+
 def test_done_reports_the_finished_episode_and_resets():
     env = MiniGridVecEnv(["MiniGrid-LavaGapS5-v0"], 3, LevelSet(0, 5))
     env.reset()

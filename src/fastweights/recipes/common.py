@@ -490,6 +490,7 @@ def evaluate_verb(
     build: Callable[[Any], torch.nn.Module],
     write_report: Callable[[dict[str, Any], Path], Path],
     doc: str,
+    model_name: Callable[[Any], str] | None = None,
 ) -> Callable[..., dict[str, Any]]:
     """The ``evaluate`` function of a recipe module: the output folder's lock and guard, the trained
     model (:func:`load_trained`, in eval mode), ``measure(cfg, checkpoint, model, device)`` → the
@@ -514,7 +515,7 @@ def evaluate_verb(
         t0 = time.monotonic()
         sections = measure(cfg, state, model, device)
         run = {
-            **run_summary(cfg, run_dir, state, which, command),
+            **run_summary(cfg, run_dir, state, which, command, model_name=model_name and model_name(cfg)),
             **sections.pop("run", {}),
             "eval_minutes": (time.monotonic() - t0) / 60,
         }

@@ -40,13 +40,17 @@ def parse_vary(text: str) -> tuple[str, list[str]]:
 
 
 def variants(
-    model_key: str, models: list[str] | None, vary: tuple[str, list[str]] | None
+    model_key: str,
+    models: list[str] | None,
+    vary: tuple[str, list[str]] | None,
+    known: tuple[str, ...] = SEQUENCE_LAYERS,
 ) -> list[tuple[str, str]]:
     """``(run label = folder name, override)`` per run: ``(<model>, MODEL_KEY=<model>)`` for ``models``,
     ``(<last key part>=<value>, KEY=<value>)`` for ``vary``.
 
     Raises:
-        ValueError: unless exactly one of ``models`` / ``vary`` is given, or for an unknown model name.
+        ValueError: unless exactly one of ``models`` / ``vary`` is given, or for a model name not in
+            ``known`` (the recipe's ``MODELS``; default the sequence layers).
     """
     if (models is None) == (vary is None):
         raise ValueError(
@@ -55,9 +59,9 @@ def variants(
     if vary is not None:
         key, values = vary
         return [(f"{key.rsplit('.', 1)[-1]}={v}", f"{key}={v}") for v in values]
-    unknown = [m for m in models or [] if m not in SEQUENCE_LAYERS]
+    unknown = [m for m in models or [] if m not in known]
     if unknown or not models:
-        raise ValueError(f"models (--models): expected names from {SEQUENCE_LAYERS}, got {models}")
+        raise ValueError(f"models (--models): expected names from {known}, got {models}")
     return [(m, f"{model_key}={m}") for m in models]
 
 
@@ -85,7 +89,7 @@ def compare(
         ValueError: for an unknown recipe, model name or config key, or a bad value.
     """
     module = get_recipe(recipe)
-    runs = variants(module.MODEL_KEY, models, vary)
+    runs = variants(module.MODEL_KEY, models, vary, getattr(module, "MODELS", SEQUENCE_LAYERS))
     configs = {label: load_config(module.CONFIG, preset, [*(overrides or []), o]) for label, o in runs}
     run_root = Path(run_root)
     eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]

@@ -40,6 +40,7 @@ RECIPES: dict[str, str] = {
     "fewshot": "fastweights.recipes.fewshot",
     "sequential": "fastweights.recipes.sequential",
     "lm": "fastweights.recipes.lm",
+    "rl": "fastweights.recipes.rl",
 }
 
 

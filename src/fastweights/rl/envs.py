@@ -126,6 +126,9 @@ class MiniGridVecEnv(VecEnv):
         num_envs: ``N >= len(games)``.
         levels: the level set episodes are drawn from.
         seed: seed of the level draws.
+        draw: ``"uniform"`` (each episode's level drawn uniformly from ``levels``: training) or
+            ``"cycle"`` (env ``i``'s ``j``-th episode plays level ``start + (i + j·N) mod count``: an
+            evaluation visits every level once before repeating one).
 
     Raises:
         ValueError: for an unknown game id (naming it and listing the MiniGrid ids), a game with another
@@ -133,8 +136,12 @@ class MiniGridVecEnv(VecEnv):
         ImportError: when ``minigrid`` is not installed.
     """
 
-    def __init__(self, games: list[str], num_envs: int, levels: LevelSet, *, seed: int = 0) -> None:
+    def __init__(
+        self, games: list[str], num_envs: int, levels: LevelSet, *, seed: int = 0, draw: str = "uniform"
+    ) -> None:
         gym = import_minigrid()
+        if draw not in ("uniform", "cycle"):
+            raise ValueError(f"draw: expected 'uniform' or 'cycle', got {draw!r}")
         if not games:
             raise ValueError("games: expected at least one MiniGrid id, got []")
         known = sorted(k for k in gym.registry if k.startswith("MiniGrid-"))
@@ -152,15 +159,20 @@ class MiniGridVecEnv(VecEnv):
                     f"{env.action_space.n}"
                 )
         self.num_envs, self.num_actions, self.obs_shape = num_envs, MINIGRID_ACTIONS, (3, 7, 7)
-        self.levels = levels
+        self.levels, self.draw = levels, draw
         self._rng = np.random.default_rng(seed)
+        self._episodes = np.zeros(num_envs, dtype=np.int64)  # episodes started per env
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self._obs = np.zeros((num_envs, *self.obs_shape), dtype=np.uint8)
 
     def _reset_env(self, i: int) -> None:
-        level = self.levels.start + int(self._rng.integers(self.levels.count))
-        obs, _ = self._envs[i].reset(seed=level)
+        if self.draw == "cycle":
+            offset = (i + int(self._episodes[i]) * self.num_envs) % self.levels.count
+        else:
+            offset = int(self._rng.integers(self.levels.count))
+        self._episodes[i] += 1
+        obs, _ = self._envs[i].reset(seed=self.levels.start + offset)
         self._obs[i] = obs["image"].transpose(2, 0, 1)
         self._returns[i], self._lengths[i] = 0.0, 0
 
@@ -202,6 +214,7 @@ class MiniGridVecEnv(VecEnv):
             "rng": self._rng.bit_generator.state,
             "returns": self._returns.copy(),
             "lengths": self._lengths.copy(),
+            "episodes": self._episodes.copy(),
             "obs": self._obs.copy(),
         }
 
@@ -209,6 +222,7 @@ class MiniGridVecEnv(VecEnv):
         self._envs = pickle.loads(state["envs"])
         self._rng.bit_generator.state = state["rng"]
         self._returns, self._lengths = state["returns"].copy(), state["lengths"].copy()
+        self._episodes = state["episodes"].copy()
         self._obs = state["obs"].copy()
 
     def close(self) -> None:

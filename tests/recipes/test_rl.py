@@ -1,0 +1,75 @@
+"""The rl recipe on its smoke preset: train + eval outputs, compare over cores, bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastweights.cli import main
+from fastweights.recipes import rl
+
+
+def _train(run, *extra):
+    return main(["rl", "train", "--preset", "smoke", "--run-dir", str(run), "train.threads=1", *extra])
+
+
+def test_train_and_eval_write_the_results_report_and_curves(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train(run, "--eval") == 0
+    res = json.loads((run / "results.json").read_text())
+    r = res["rl"]
+    assert res["run"]["sequence_layer"] == "srwm"
+    assert r["games"] == ["MiniGrid-Empty-Random-5x5-v0", "MiniGrid-LavaGapS5-v0"]
+    assert [s["levels"] for s in r["test_splits"]] == [
+        {"start": 1000, "count": 8},
+        {"start": 1100, "count": 8},
+    ]
+    for split in r["test_splits"]:
+        assert all(g["episodes"] == 4 for g in split["games"].values())
+        assert all(0.0 <= g["normalised"] <= 1.0 for g in split["games"].values())
+    assert r["frames"] == res["run"]["steps"] * 8 * 4
+    assert (run / "plots" / "returns.png").exists() and (run / "tensorboard").is_dir()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [rec["frames"] for rec in records] == [96, 192]
+    assert all("val_score" in rec and "val_return/MiniGrid-LavaGapS5-v0" in rec for rec in records)
+    assert "normalised score" in capsys.readouterr().out
+    report = (run / "report.md").read_text()
+    assert "test 1000–1007" in report and "(0.0, 1.0)" in report
+
+
+def test_compare_over_cores_writes_the_table(tmp_path, capsys):
+    root = tmp_path / "cmp"
+    args = ["rl", "compare", "--models", "ff,fake_srwm", "--preset", "smoke", "--run-root", str(root)]
+    assert main([*args, "train.threads=1", "train.max_steps=3", "eval.splits=[{start: 1000, count: 4}]"]) == 0
+    table = (root / "comparison.md").read_text()
+    assert "| ff |" in table and "| fake_srwm |" in table and "test levels" in table
+    assert (root / "comparison.png").exists()
+
+
+def test_normalised_score_uses_the_suite_constants():
+    assert rl.normalised_score("minigrid", "MiniGrid-DoorKey-5x5-v0", 0.25) == 0.25
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ("model.core=gru", r"model\.core: expected one of"),
+        ("env.games=[MiniGrid-Nope-v0]", r"games: expected MiniGrid ids"),
+        ("env.num_envs=1", r"env\.num_envs: expected an int >= 2"),
+        ("env.test_levels.start=10", r"env\.test_levels: expected levels disjoint"),
+        ("eval.splits=[{start: 0, count: 5}]", r"eval\.splits: expected level ranges disjoint"),
+        ("train.reward_clip=tanh", r"train\.reward_clip: expected one of"),
+        ("train.unroll=0", r"train\.unroll"),
+        ("eval.episodes=3", r"eval\.episodes: expected a multiple of envs_per_game=2"),
+        ("env.suite=procgen", r"env\.suite: expected one of"),
+    ],
+)
+def test_bad_config_values_are_one_line_errors(tmp_path, capsys, override, pattern):
+    import re
+
+    assert _train(tmp_path / "bad", override) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(pattern, err), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "bad").exists()
