@@ -283,6 +283,23 @@ def test_config_rejects_bad_fields_by_name(field, value):
         LMConfig(**{field: value}).validate()
 
 
+def test_embedding_scale_multiplies_the_first_block_input():
+    cfg = LMConfig.preset("micro", d_model=16, num_heads=2, sequence_layer="srwm")
+    torch.manual_seed(0)
+    base = CausalLM(cfg)
+    scaled = CausalLM(
+        LMConfig.preset("micro", d_model=16, num_heads=2, sequence_layer="srwm", embedding_scale=4.0)
+    )
+    scaled.load_state_dict(base.state_dict())
+    ids = torch.randint(0, 256, (2, 5))
+    emb = base.model.embed_tokens(ids)
+    h_scaled, _ = scaled.model(inputs_embeds=4.0 * emb)  # the same as scaling the ids' embeddings
+    torch.testing.assert_close(scaled.model(ids)[0], h_scaled)
+    assert not torch.allclose(base.model(ids)[0], h_scaled)
+    with pytest.raises(ValueError, match="embedding_scale"):
+        LMConfig(embedding_scale=0.0).validate()
+
+
 def test_per_layer_options_reach_only_the_selected_layer():
     options = {"srwm": {"init": "modern"}, "deltanet": {"chunk_size": 8}}
     cfg = LMConfig.preset("micro", d_model=16, num_heads=2, layer_options=options, sequence_layer="srwm")

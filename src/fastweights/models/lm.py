@@ -130,6 +130,10 @@ class LMConfig:
     conv_kernel: int = 4
     tie_word_embeddings: bool = True
     initializer_range: float = 0.02
+    #: factor on the token embeddings entering the first block (1 = the TTT reference; Vaswani et al.
+    #: 2017 §3.4 use sqrt(d_model)): with N(0, initializer_range) embeddings a layer that reads the raw
+    #: stream (the SRWM) starts with near-uniform softmax keys/queries
+    embedding_scale: float = 1.0
     dropout: float = 0.0
     layer_options: dict[str, Any] = field(default_factory=dict)
 
@@ -177,7 +181,7 @@ class LMConfig:
             )
         if not _is_real(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout: expected a number in [0, 1), got {self.dropout!r}")
-        for name in ("rope_theta", "rms_norm_eps", "initializer_range"):
+        for name in ("rope_theta", "rms_norm_eps", "initializer_range", "embedding_scale"):
             value = getattr(self, name)
             if not _is_real(value) or not 0 < value < math.inf:
                 raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
@@ -369,6 +373,8 @@ class LMBackbone(nn.Module):
         if input_ids is not None:
             _check_ids(input_ids, self.config.vocab_size)
             h = self.embed_tokens(input_ids)
+            if self.config.embedding_scale != 1.0:
+                h = h * self.config.embedding_scale
         else:
             assert inputs_embeds is not None
             check_layer_input(inputs_embeds, self.config.d_model)
