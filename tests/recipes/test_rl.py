@@ -57,7 +57,11 @@ def test_normalised_score_uses_the_suite_constants():
         ("model.core=gru", r"model\.core: expected one of"),
         ("env.games=[MiniGrid-Nope-v0]", r"games: expected MiniGrid ids"),
         ("env.num_envs=1", r"env\.num_envs: expected an int >= 2"),
-        ("env.test_levels.start=10", r"env\.test_levels: expected levels disjoint"),
+        ("env.val_levels.start=10", r"env\.val_levels: expected levels disjoint"),
+        (
+            "eval.splits=[{start: 2010, count: 5}]",
+            r"eval\.splits: expected level ranges disjoint from env\.val_levels",
+        ),
         ("eval.splits=[{start: 0, count: 5}]", r"eval\.splits: expected level ranges disjoint"),
         ("train.reward_clip=tanh", r"train\.reward_clip: expected one of"),
         ("train.unroll=0", r"train\.unroll"),

@@ -65,6 +65,25 @@ def test_cycle_draw_gives_each_env_distinct_levels_with_stride_n():
         MiniGridVecEnv(GAMES, 2, LevelSet(0, 3), draw="random")
 
 
+def test_cycle_draw_covers_every_level_for_every_game():
+    env = MiniGridVecEnv(GAMES, 4, LevelSet(1000, 8), draw="cycle")  # 2 games x 2 envs, 8 levels
+    seen = {i: [] for i in range(4)}
+    for i, inner in enumerate(env._envs):
+        orig = inner.reset
+
+        def spy(*args, seed=None, _orig=orig, _i=i, **kw):
+            seen[_i].append(seed)
+            return _orig(*args, seed=seed, **kw)
+
+        inner.reset = spy
+    env.reset()
+    while min(len(v) for v in seen.values()) < 4:
+        _rollout(env, 50)
+    # env i plays games[i % 2]; a game's two envs play the strides 0, 2, 4, 6 and 1, 3, 5, 7
+    assert seen[0][:4] == seen[1][:4] == [1000, 1002, 1004, 1006]
+    assert seen[2][:4] == seen[3][:4] == [1001, 1003, 1005, 1007]
+
+
 def test_done_reports_the_finished_episode_and_resets():
     env = MiniGridVecEnv(["MiniGrid-LavaGapS5-v0"], 3, LevelSet(0, 5))
     env.reset()

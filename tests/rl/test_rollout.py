@@ -74,6 +74,30 @@ def test_actor_state_dict_resumes_bit_identically():
     assert actor.pop_episodes() == other.pop_episodes()
 
 
+def test_an_interrupted_unroll_leaves_the_actor_at_the_unroll_start():
+    agent = _agent("srwm")
+    ref, actor = Actor(agent, _env(), seed=3), Actor(agent, _env(), seed=3)
+    ref.unroll(4)
+    actor.unroll(4)
+    expected = ref.unroll(6)
+    calls = [0]
+    real_step = actor.env.step
+
+    def step(actions):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return real_step(actions)
+
+    actor.env.step = step
+    with pytest.raises(KeyboardInterrupt):
+        actor.unroll(6)
+    actor.env.step = real_step
+    again = actor.unroll(6)  # as if the interrupted unroll never happened (what a resume replays)
+    for name in ("obs", "actions", "rewards", "done", "behaviour_logits"):
+        assert torch.equal(getattr(again, name), getattr(expected, name)), name
+
+
 def test_greedy_evaluation_counts_the_first_episodes_of_every_env():
     agent = _agent("ff")
     env = MiniGridVecEnv(GAMES, 4, LevelSet(1000, 8), draw="cycle")

@@ -2,8 +2,9 @@
 
 ``train``: ``env.num_envs`` environments of ``env.games`` (no task id) on the training levels, a
 synchronous batched actor and V-trace updates with RMSProp (linearly decayed learning rate); every
-``train.val_every_steps`` updates a greedy evaluation on unseen levels; atomic best/latest checkpoints
-(environments and the carried core state included), exactly resumable on CPU.
+``train.val_every_steps`` updates a greedy evaluation on unseen validation levels (``env.val_levels``);
+atomic best/latest checkpoints (environments and the carried core state included), exactly resumable
+on CPU.
 ``evaluate``: greedy episodes on each ``eval.splits`` level range (unseen) and on the training levels →
 per-game mean returns and normalised scores, ``results.json``, ``report.md`` and learning curves
 (frames vs return, training vs test levels).
@@ -130,7 +131,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
 
     Stops at ``train.max_steps`` updates or ``train.max_minutes``; the best checkpoint maximises the
-    mean normalised greedy score on the test levels (``val_score``). See
+    mean normalised greedy score on ``env.val_levels`` (``val_score``; disjoint from ``eval.splits``). See
     :func:`fastweights.train.loop.fit` for resume and interruption.
     """
     cfg, device = run.cfg, run.device
@@ -156,7 +157,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         episodes = actor.pop_episodes()
         agent.eval()
         scores = _greedy_scores(
-            cfg, agent, cfg.env.test_levels, t.val_episodes * cfg.eval.envs_per_game, cfg.eval.envs_per_game
+            cfg, agent, cfg.env.val_levels, t.val_episodes * cfg.eval.envs_per_game, cfg.eval.envs_per_game
         )
         record = {"val_score": _mean_normalised(scores)}
         for game, s in scores.items():
@@ -165,10 +166,13 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
             mine = [r for g, r, _ in episodes if g == game]
             if mine:
                 record[f"train_return/{game}"] = statistics.fmean(mine)
-        if episodes:
-            record["train_score"] = statistics.fmean(
-                normalised_score(cfg.env.suite, g, r) for g, r, _ in episodes
-            )
+        per_game = [
+            normalised_score(cfg.env.suite, game, record[f"train_return/{game}"])
+            for game in cfg.env.games
+            if f"train_return/{game}" in record
+        ]
+        if per_game:  # the mean over games (as val_score), not over episodes
+            record["train_score"] = statistics.fmean(per_game)
         return record
 
     try:
@@ -227,8 +231,8 @@ def _curves(run_dir: Path, prefix: str) -> dict[str, list[tuple[float, float]]]:
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
-    """``report.md`` and ``plots/returns.png`` (frames vs greedy test return and training return per
-    game, from ``out_dir/metrics.jsonl``); returns the report's path."""
+    """``report.md`` and ``plots/returns.png`` (frames vs greedy return on the validation levels and
+    training return per game, from ``out_dir/metrics.jsonl``); returns the report's path."""
     run, rl = results["run"], results["rl"]
     header = ["game", "normalisation (R_min, R_max)"]
     header += [
@@ -258,7 +262,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
         + (f", training levels {100 * rl['train_score']:.1f}" if "train_score" in rl else "")
         + ". Returns: mean ± std over the greedy episodes of each level range.",
     ]
-    curves = {f"test {g}": c for g, c in _curves(out_dir, "val_return/").items()}
+    curves = {f"validation {g}": c for g, c in _curves(out_dir, "val_return/").items()}
     curves |= {f"train {g}": c for g, c in _curves(out_dir, "train_return/").items()}
     if curves:
         png = plot_learning_curves(
@@ -266,7 +270,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
             out_dir / "plots" / "returns.png",
             xlabel="training frames",
             ylabel="mean episode return",
-            title=f"{run['sequence_layer']}: greedy on test levels, sampled on training levels",
+            title=f"{run['sequence_layer']}: greedy on validation levels, sampled on training levels",
         )
         lines += ["", f"![returns]({png.relative_to(out_dir)})"]
     path = out_dir / "report.md"
@@ -295,7 +299,8 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
-    """``run_root/comparison.png``: mean normalised greedy test score vs training frames, one line per run."""
+    """``run_root/comparison.png``: mean normalised greedy validation score vs training frames, one line per
+    run."""
     curves = {}
     for name, res in results.items():
         path = Path(res["run"]["run_dir"]) / "metrics.jsonl"
@@ -305,8 +310,8 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
         curves,
         Path(run_root) / "comparison.png",
         xlabel="training frames",
-        ylabel="normalised test score",
-        title="greedy score on unseen levels during training",
+        ylabel="normalised validation score",
+        title="greedy score on unseen validation levels during training",
     )
 
 

@@ -49,7 +49,9 @@ class RLEnvConfig:
     )
     num_envs: int = 16  # environments stepped together (assigned to the games in turn)
     train_levels: LevelsConfig = field(default_factory=LevelsConfig)
-    test_levels: LevelsConfig = field(default_factory=lambda: LevelsConfig(1000, 600))
+    # the greedy validation during training (it picks the best checkpoint): unseen levels kept apart
+    # from the evaluation's eval.splits, so the reported test score is not the selection score
+    val_levels: LevelsConfig = field(default_factory=lambda: LevelsConfig(2000, 200))
 
     def __post_init__(self) -> None:
         check_choice("suite", self.suite, SUITES)
@@ -62,10 +64,10 @@ class RLEnvConfig:
         if len(set(self.games)) != len(self.games):
             raise ValueError(f"games: expected distinct names, got {self.games}")
         check_int("num_envs", self.num_envs, low=len(self.games))
-        if self.train_levels.level_set().overlaps(self.test_levels.level_set()):
+        if self.train_levels.level_set().overlaps(self.val_levels.level_set()):
             raise ValueError(
-                f"test_levels: expected levels disjoint from train_levels {self.train_levels}, got "
-                f"{self.test_levels}"
+                f"val_levels: expected levels disjoint from train_levels {self.train_levels}, got "
+                f"{self.val_levels}"
             )
 
 
@@ -161,10 +163,9 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         check_device("device", self.device)
-        train = self.env.train_levels.level_set()
         for split in self.eval.splits:
-            if split.level_set().overlaps(train):
-                raise ValueError(
-                    f"eval.splits: expected level ranges disjoint from env.train_levels "
-                    f"{self.env.train_levels}, got {split}"
-                )
+            for name, used in (("train_levels", self.env.train_levels), ("val_levels", self.env.val_levels)):
+                if split.level_set().overlaps(used.level_set()):
+                    raise ValueError(
+                        f"eval.splits: expected level ranges disjoint from env.{name} {used}, got {split}"
+                    )

@@ -127,8 +127,9 @@ class MiniGridVecEnv(VecEnv):
         levels: the level set episodes are drawn from.
         seed: seed of the level draws.
         draw: ``"uniform"`` (each episode's level drawn uniformly from ``levels``: training) or
-            ``"cycle"`` (env ``i``'s ``j``-th episode plays level ``start + (i + j·N) mod count``: an
-            evaluation visits every level once before repeating one).
+            ``"cycle"`` (the ``k``-th of a game's ``n_g`` environments plays levels ``start + (k + j·n_g)
+            mod count`` for its ``j = 0, 1, …``-th episode: an evaluation of a game visits every level
+            once before repeating one).
 
     Raises:
         ValueError: for an unknown game id (naming it and listing the MiniGrid ids), a game with another
@@ -150,6 +151,7 @@ class MiniGridVecEnv(VecEnv):
             raise ValueError(f"games: expected MiniGrid ids (e.g. {known[:3]}), got unknown {unknown}")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < len(games):
             raise ValueError(f"num_envs: expected an int >= {len(games)} (one per game), got {num_envs!r}")
+        self._game_names = list(games)
         self.games = [games[i % len(games)] for i in range(num_envs)]
         self._envs = [gym.make(g).unwrapped for g in self.games]
         for game, env in zip(self.games, self._envs, strict=True):
@@ -167,8 +169,10 @@ class MiniGridVecEnv(VecEnv):
         self._obs = np.zeros((num_envs, *self.obs_shape), dtype=np.uint8)
 
     def _reset_env(self, i: int) -> None:
-        if self.draw == "cycle":
-            offset = (i + int(self._episodes[i]) * self.num_envs) % self.levels.count
+        if self.draw == "cycle":  # the k-th of a game's n_g envs: levels k, k + n_g, k + 2 n_g, ...
+            g = len(self._game_names)
+            n_g = len(range(i % g, self.num_envs, g))
+            offset = (i // g + int(self._episodes[i]) * n_g) % self.levels.count
         else:
             offset = int(self._rng.integers(self.levels.count))
         self._episodes[i] += 1

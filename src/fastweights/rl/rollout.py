@@ -87,11 +87,30 @@ class Actor:
 
     @torch.no_grad()
     def unroll(self, steps: int) -> Rollout:
-        """Act ``steps`` times in every environment; returns the :class:`Rollout` (on CPU)."""
+        """Act ``steps`` times in every environment; returns the :class:`Rollout` (on CPU). An exception
+        (e.g. ``KeyboardInterrupt``) during the unroll restores the actor to the unroll's start."""
         device = next(self.agent.parameters()).device
         start = detach_state(self.state)
         obs, prev, done, actions, rewards, logits = [self.obs], [self.prev_reward], [self.done], [], [], []
         state = start
+        committed = self.state_dict()
+        try:
+            self._act(steps, device, state, obs, prev, done, actions, rewards, logits)
+        except BaseException:  # e.g. Ctrl-C: the checkpoint written next must be the unroll's start
+            self.load_state_dict(committed)
+            raise
+        return Rollout(
+            torch.stack(obs),
+            torch.stack(prev),
+            torch.stack(done),
+            torch.stack(actions),
+            torch.stack(rewards),
+            torch.stack(logits),
+            start,
+        )
+
+    def _act(self, steps: int, device: torch.device, state: CoreState, *records: list[Any]) -> None:
+        obs, prev, done, actions, rewards, logits = records
         for _ in range(steps):
             out, state = self.agent(
                 self.obs[None].to(device),
@@ -116,15 +135,6 @@ class Actor:
             rewards.append(reward)
             logits.append(step_logits)
         self.state = detach_state(state)
-        return Rollout(
-            torch.stack(obs),
-            torch.stack(prev),
-            torch.stack(done),
-            torch.stack(actions),
-            torch.stack(rewards),
-            torch.stack(logits),
-            start,
-        )
 
     def pop_episodes(self) -> list[tuple[str, float, int]]:
         """The training episodes finished since the last call."""
