@@ -26,6 +26,31 @@ def test_presets_load_and_round_trip(preset):
     assert config_from_yaml(ACLConfig, config_to_yaml(cfg)) == cfg
 
 
+@pytest.mark.parametrize(
+    ("recipe", "preset"),
+    [(r, p) for r in ("fewshot", "sequential", "lm", "rl") for p in available_presets(r)],
+)
+def test_every_recipe_preset_loads_and_round_trips(recipe, preset):
+    from fastweights.recipes.contract import get_recipe
+
+    cls = get_recipe(recipe).CONFIG
+    cfg = load_config(cls, preset_path(recipe, preset))
+    assert cfg.name == preset
+    assert config_from_yaml(cls, config_to_yaml(cfg)) == cfg
+
+
+def test_sequential_presets_give_the_srwm_its_paper_init_and_every_layer_the_scales():
+    from fastweights.recipes.sequential_config import SequentialConfig
+
+    for preset in ("quick", "quick-emoji"):
+        for layer, options in (("srwm", {"init": "modern"}), ("deltanet", {}), ("lstm", {})):
+            cfg = load_config(
+                SequentialConfig, preset_path("sequential", preset), [f"model.sequence_layer={layer}"]
+            )
+            assert cfg.model.sequence_layer_options() == options
+            assert (cfg.model.label_init_scale, cfg.model.input_init_scale) == (4.0, 3.0)
+
+
 def test_presets_ship_inside_the_package():
     assert CONFIG_DIR == Path(fastweights.__file__).resolve().parent / "configs"
     assert available_presets("acl") == [
