@@ -33,7 +33,7 @@ _RECIPE_HELP = {
     ),
     "rl": (
         "multi-task reinforcement learning with fast-weight policy cores, V-trace (SRWM paper §4.3)",
-        "smoke",
+        "quick",
         "srwm,deltanet,lstm,ff,fake_srwm,srwm_reset",
     ),
 }
