@@ -18,6 +18,19 @@ def _rollout(env, steps, seed=0):
     return out
 
 
+def _spy_levels(env):
+    """``{env index: [level seeds of its resets]}``, filled as ``env`` resets its environments."""
+    seen = {i: [] for i in range(env.num_envs)}
+    for i, inner in enumerate(env._envs):
+
+        def spy(*args, seed=None, _orig=inner.reset, _i=i, **kw):
+            seen[_i].append(seed)
+            return _orig(*args, seed=seed, **kw)
+
+        inner.reset = spy
+    return seen
+
+
 def test_games_are_assigned_in_turn_and_obs_are_symbolic_views():
     env = MiniGridVecEnv(GAMES, 4, LevelSet(0, 10))
     assert env.games == [GAMES[0], GAMES[1], GAMES[0], GAMES[1]]
@@ -30,14 +43,7 @@ def test_games_are_assigned_in_turn_and_obs_are_symbolic_views():
 def test_levels_come_from_the_level_set_and_are_reproducible():
     a = MiniGridVecEnv(GAMES, 2, LevelSet(1000, 3), seed=5)
     b = MiniGridVecEnv(GAMES, 2, LevelSet(1000, 3), seed=5)
-    levels = []
-    orig = a._envs[0].reset
-
-    def spy(*args, seed=None, **kw):
-        levels.append(seed)
-        return orig(*args, seed=seed, **kw)
-
-    a._envs[0].reset = spy
+    levels = _spy_levels(a)[0]
     torch.testing.assert_close(a.reset(), b.reset())
     ra, rb = _rollout(a, 300), _rollout(b, 300)
     for x, y in zip(ra, rb, strict=True):
@@ -48,15 +54,7 @@ def test_levels_come_from_the_level_set_and_are_reproducible():
 
 def test_cycle_draw_gives_each_env_distinct_levels_with_stride_n():
     env = MiniGridVecEnv(["MiniGrid-LavaGapS5-v0"], 2, LevelSet(100, 6), draw="cycle")
-    seen = {0: [], 1: []}
-    for i, inner in enumerate(env._envs):
-        orig = inner.reset
-
-        def spy(*args, seed=None, _orig=orig, _i=i, **kw):
-            seen[_i].append(seed)
-            return _orig(*args, seed=seed, **kw)
-
-        inner.reset = spy
+    seen = _spy_levels(env)
     env.reset()
     _rollout(env, 300)
     assert seen[0][:3] == [100, 102, 104] and seen[1][:3] == [101, 103, 105]
@@ -67,15 +65,7 @@ def test_cycle_draw_gives_each_env_distinct_levels_with_stride_n():
 
 def test_cycle_draw_covers_every_level_for_every_game():
     env = MiniGridVecEnv(GAMES, 4, LevelSet(1000, 8), draw="cycle")  # 2 games x 2 envs, 8 levels
-    seen = {i: [] for i in range(4)}
-    for i, inner in enumerate(env._envs):
-        orig = inner.reset
-
-        def spy(*args, seed=None, _orig=orig, _i=i, **kw):
-            seen[_i].append(seed)
-            return _orig(*args, seed=seed, **kw)
-
-        inner.reset = spy
+    seen = _spy_levels(env)
     env.reset()
     while min(len(v) for v in seen.values()) < 4:
         _rollout(env, 50)

@@ -30,7 +30,7 @@ from fastweights.recipes.rl_config import LevelsConfig, RLConfig
 from fastweights.rl.agent import Agent
 from fastweights.rl.cores import CORES, Core
 from fastweights.rl.encoders import make_encoder
-from fastweights.rl.envs import MINIGRID_ACTIONS, MiniGridVecEnv, VecEnv
+from fastweights.rl.envs import MINIGRID_ACTIONS, MINIGRID_OBS_SHAPE, MiniGridVecEnv, VecEnv
 from fastweights.rl.rollout import Actor, evaluate_greedy, learner_loss
 from fastweights.train.loop import fit
 
@@ -79,14 +79,12 @@ def make_env(
         raise ValueError(f"env.{err}") from None
 
 
-def _obs_shape(cfg: RLConfig) -> tuple[int, ...]:
-    return (3, 7, 7)
-
-
 def build_model(cfg: RLConfig) -> Agent:
     """The agent of ``cfg.model`` for ``cfg.env``'s observations and actions."""
     m = cfg.model
-    encoder = make_encoder("minigrid" if m.encoder == "auto" else m.encoder, _obs_shape(cfg), m.feature_dim)
+    encoder = make_encoder(
+        "minigrid" if m.encoder == "auto" else m.encoder, MINIGRID_OBS_SHAPE, m.feature_dim
+    )
     core = Core(
         m.core,
         m.feature_dim + 1,

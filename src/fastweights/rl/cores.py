@@ -198,8 +198,10 @@ class Core(nn.Module):
 
 def _reset(state: Any, initial: Any, reset: Tensor, dim: int) -> Any:
     """``state`` with the entries of environments where ``reset [B]`` replaced by ``initial``'s."""
-    if isinstance(state, (tuple, list)):
-        return tuple(_reset(s, s0, reset, dim) for s, s0 in zip(state, initial, strict=True))
-    shape = [1] * state.dim()
-    shape[dim] = -1
-    return torch.where(reset.view(shape), initial.expand_as(state), state)
+
+    def pick(s: Tensor, s0: Tensor) -> Tensor:
+        shape = [1] * s.dim()
+        shape[dim] = -1
+        return torch.where(reset.view(shape), s0.expand_as(s), s)
+
+    return _map(pick, state, initial)

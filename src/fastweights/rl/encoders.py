@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from fastweights.rl.envs import MINIGRID_OBS_SHAPE
+
 __all__ = ["ImpalaCNN", "MiniGridEncoder", "ENCODERS", "make_encoder"]
 
 
@@ -95,7 +97,7 @@ class MiniGridEncoder(nn.Module):
             nn.ReLU(),
         )
         self.fc = nn.Linear(64 * 5 * 5, feature_dim)
-        self.obs_shape, self.feature_dim = (3, 7, 7), feature_dim
+        self.obs_shape, self.feature_dim = MINIGRID_OBS_SHAPE, feature_dim
 
     def forward(self, obs: Tensor) -> Tensor:
         _check_obs(obs, self.obs_shape, "minigrid")
@@ -125,7 +127,7 @@ def make_encoder(name: str, obs_shape: tuple[int, ...], feature_dim: int = 256) 
             )
         return ImpalaCNN(obs_shape[0], obs_shape[1], feature_dim=feature_dim)
     if name == "minigrid":
-        if tuple(obs_shape) != (3, 7, 7):
+        if tuple(obs_shape) != MINIGRID_OBS_SHAPE:
             raise ValueError(f"encoder: 'minigrid' expects [3, 7, 7] observations, got {list(obs_shape)}")
         return MiniGridEncoder(feature_dim)
     raise ValueError(f"encoder: expected one of {ENCODERS}, got {name!r}")

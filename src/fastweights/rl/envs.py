@@ -21,9 +21,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["LevelSet", "StepResult", "VecEnv", "MiniGridVecEnv", "MINIGRID_ACTIONS", "import_minigrid"]
+__all__ = [
+    "LevelSet",
+    "StepResult",
+    "VecEnv",
+    "MiniGridVecEnv",
+    "MINIGRID_ACTIONS",
+    "MINIGRID_OBS_SHAPE",
+    "import_minigrid",
+]
 
 MINIGRID_ACTIONS = 7  # left, right, forward, pickup, drop, toggle, done
+MINIGRID_OBS_SHAPE = (3, 7, 7)  # object / colour / state indices of the egocentric 7x7 view
 
 
 @dataclass(frozen=True)
@@ -160,7 +169,7 @@ class MiniGridVecEnv(VecEnv):
                     f"games: expected games with {MINIGRID_ACTIONS} actions, got {game!r} with "
                     f"{env.action_space.n}"
                 )
-        self.num_envs, self.num_actions, self.obs_shape = num_envs, MINIGRID_ACTIONS, (3, 7, 7)
+        self.num_envs, self.num_actions, self.obs_shape = num_envs, MINIGRID_ACTIONS, MINIGRID_OBS_SHAPE
         self.levels, self.draw = levels, draw
         self._rng = np.random.default_rng(seed)
         self._episodes = np.zeros(num_envs, dtype=np.int64)  # episodes started per env
