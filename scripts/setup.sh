@@ -3,6 +3,8 @@
 # pinned dependencies, and the package itself (editable). Safe to re-run.
 #   VENV=path            virtualenv folder (default .venv)
 #   FASTWEIGHTS_KEEP_TORCH=1   keep the torch already in the venv (GPU users: install CUDA torch first)
+#   RL=1                 also install the real ProcGen games (procgen2, the `rl` extra; downgrades numpy
+#                        to < 2, which the other pinned packages accept)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -34,5 +36,8 @@ else
   "$VENV/bin/pip" install -q -r requirements.txt
 fi
 "$VENV/bin/pip" install -q --no-deps -e .
+if [ "${RL:-0}" = 1 ]; then
+  "$VENV/bin/pip" install -q "procgen2==0.10.7" "numpy<2"
+fi
 touch "$VENV/.installed"
 echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -317,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
 def _guarded(fn: Callable[[], None]) -> int:
     try:
         fn()
-    except (ValueError, FileNotFoundError, FileExistsError) as err:  # incl. RunFolderError
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as err:  # incl. RunFolderError;
+        # ImportError: an optional extra that is not installed (e.g. procgen2 for env.suite=procgen)
         print(f"fastweights: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # e.g. a read-only folder or a full disk while writing config/logs/results

@@ -61,6 +61,8 @@ _KILLER = textwrap.dedent(
 
 
 def _args(recipe, run, cache):
+    if recipe == "rl-procgen":  # the real ProcGen games (the optional extra)
+        return ["rl", "train", "--preset", "smoke-procgen", "--run-dir", str(run), "train.threads=1"]
     data = [] if recipe == "rl" else [f"data.cache_dir={cache}"]  # rl's environments have no data cache
     return [recipe, "train", "--preset", "smoke", "--run-dir", str(run), *data, "train.threads=1"]
 
@@ -104,12 +106,16 @@ _CHAINS = {
     "fewshot": [("after-save", 3), ("after-log", 1), ("inside-save", 1)],
     # the environments, the carried core state and the action generator are in every checkpoint
     "rl": [("after-log", 1), ("inside-save", 2), ("before-save", 3), ("after-log", 1)],
+    # smoke-procgen (4 steps, validation and checkpoints every 2): ProcGen's own state serialisation
+    "rl-procgen": [("after-log", 1), ("before-save", 2)],
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["acl", "fewshot", "rl"])
+@pytest.mark.parametrize("recipe", ["acl", "fewshot", "rl", "rl-procgen"])
 def test_kill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path, recipe):
+    if recipe == "rl-procgen":
+        pytest.importorskip("procgen", reason="procgen2 (the optional extra .[rl]) is not installed")
     cache = tmp_path / "cache"
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(_args(recipe, ref, cache)) == 0

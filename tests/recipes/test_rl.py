@@ -49,6 +49,40 @@ def test_compare_over_cores_writes_the_table(tmp_path, capsys):
 
 def test_normalised_score_uses_the_suite_constants():
     assert rl.normalised_score("minigrid", "MiniGrid-DoorKey-5x5-v0", 0.25) == 0.25
+    assert rl.normalised_score("procgen", "maze", 7.5) == 0.5  # Cobbe et al. 2020 easy: (5, 10)
+    assert rl.normalised_score("procgen", "fruitbot", -1.5) == 0.0
+
+
+def _has_procgen() -> bool:
+    from fastweights.rl.procgen import import_procgen
+
+    try:
+        import_procgen()
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_has_procgen(), reason="checks the error when procgen2 is absent")
+def test_procgen_without_the_extra_is_a_one_line_error_before_the_run_folder(tmp_path, capsys):
+    run = tmp_path / "pg"
+    assert main(["rl", "train", "--preset", "smoke-procgen", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "procgen2" in err and ".[rl]" in err and len(err.splitlines()) == 1, err
+    assert not run.exists()
+
+
+@pytest.mark.skipif(not _has_procgen(), reason="procgen2 (the optional extra .[rl]) is not installed")
+def test_procgen_smoke_trains_and_evaluates_with_the_impala_encoder(tmp_path):
+    run = tmp_path / "pg"
+    assert main(["rl", "train", "--preset", "smoke-procgen", "--run-dir", str(run), "--eval"]) == 0
+    r = json.loads((run / "results.json").read_text())["rl"]
+    assert r["suite"] == "procgen" and r["games"] == ["maze", "leaper"]
+    assert r["normalisation"] == {"maze": [5.0, 10.0], "leaper": [3.0, 10.0]}
+    assert r["frames"] == 4 * 8 * 4
+    assert all(g["episodes"] == 2 for s in r["test_splits"] for g in s["games"].values())
+    state = __import__("torch").load(run / "checkpoints" / "latest.pt", weights_only=False)
+    assert any(k.startswith("encoder.stages") for k in state["model"])  # the IMPALA-CNN
 
 
 @pytest.mark.parametrize(
@@ -66,13 +100,17 @@ def test_normalised_score_uses_the_suite_constants():
         ("train.reward_clip=tanh", r"train\.reward_clip: expected one of"),
         ("train.unroll=0", r"train\.unroll"),
         ("eval.episodes=3", r"eval\.episodes: expected a multiple of envs_per_game=2"),
-        ("env.suite=procgen", r"env\.suite: expected one of"),
+        ("env.suite=atari", r"env\.suite: expected one of"),
+        ("env.suite=procgen", r"env\.games: expected ProcGen games of .*got unknown \['MiniGrid-"),
+        ("env.distribution_mode=extreme", r"env\.distribution_mode: expected one of"),
+        (("env.suite=procgen", "env.games=[maze]", "model.encoder=minigrid"), r"model\.encoder: expected"),
+        ("model.lstm_size=-1", r"model\.lstm_size"),
     ],
 )
 def test_bad_config_values_are_one_line_errors(tmp_path, capsys, override, pattern):
     import re
 
-    assert _train(tmp_path / "bad", override) == 2
+    assert _train(tmp_path / "bad", *([override] if isinstance(override, str) else override)) == 2
     err = capsys.readouterr().err.strip()
     assert re.search(pattern, err), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -31,10 +31,16 @@ from fastweights.rl.agent import Agent
 from fastweights.rl.cores import CORES, Core
 from fastweights.rl.encoders import make_encoder
 from fastweights.rl.envs import MINIGRID_ACTIONS, MINIGRID_OBS_SHAPE, MiniGridVecEnv, VecEnv
+from fastweights.rl.procgen import (
+    PROCGEN_ACTIONS,
+    PROCGEN_NORMALISATION,
+    PROCGEN_OBS_SHAPE,
+    ProcgenVecEnv,
+)
 from fastweights.rl.rollout import Actor, evaluate_greedy, learner_loss
 from fastweights.train.loop import fit
 
-__all__ = [*RECIPE_MEMBERS, "MODELS", "NORMALISATION", "normalised_score", "make_env"]
+__all__ = [*RECIPE_MEMBERS, "MODELS", "NORMALISATION", "SUITE_SPECS", "normalised_score", "make_env"]
 
 NAME = "rl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = RLConfig
@@ -43,14 +49,26 @@ MODELS = CORES  # the names `compare --models` accepts
 
 log = logging.getLogger(__name__)
 
-#: (R_min, R_max) per game for the normalised score (R − R_min) / (R_max − R_min). MiniGrid: an episode
-#: returns 1 − 0.9 · steps / max_steps on success and 0 otherwise (minigrid's reward), so (0, 1).
-NORMALISATION: dict[str, tuple[float, float]] = {"minigrid": (0.0, 1.0)}
+#: (R_min, R_max) per game (or per suite, for its games without their own) for the normalised score
+#: (R − R_min) / (R_max − R_min). MiniGrid: an episode returns 1 − 0.9 · steps / max_steps on success
+#: and 0 otherwise (minigrid's reward), so (0, 1). ProcGen: Cobbe et al. 2020's easy-mode constants.
+NORMALISATION: dict[str, tuple[float, float]] = {"minigrid": (0.0, 1.0), **PROCGEN_NORMALISATION}
+
+#: Per suite: (observation shape, number of actions, the encoder ``model.encoder: auto`` picks).
+SUITE_SPECS: dict[str, tuple[tuple[int, ...], int, str]] = {
+    "minigrid": (MINIGRID_OBS_SHAPE, MINIGRID_ACTIONS, "minigrid"),
+    "procgen": (PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, "impala"),
+}
+
+
+def normalisation_constants(suite: str, game: str) -> tuple[float, float]:
+    """``(R_min, R_max)`` of ``game``: its own in :data:`NORMALISATION`, else its suite's."""
+    return NORMALISATION[game] if game in NORMALISATION else NORMALISATION[suite]
 
 
 def normalised_score(suite: str, game: str, mean_return: float) -> float:
     """``(R − R_min) / (R_max − R_min)`` with :data:`NORMALISATION`'s constants for ``game``."""
-    r_min, r_max = NORMALISATION.get(game, NORMALISATION[suite])
+    r_min, r_max = normalisation_constants(suite, game)
     return (mean_return - r_min) / (r_max - r_min)
 
 
@@ -63,7 +81,9 @@ def make_env(
     seed: int = 0,
 ) -> VecEnv:
     """The vectorised environments of ``cfg.env`` on ``levels``: ``cfg.env.num_envs`` in training (levels
-    drawn uniformly), ``envs_per_game`` per game in evaluation (every level once before repeats).
+    drawn uniformly), ``envs_per_game`` per game in evaluation. MiniGrid's evaluation visits every level
+    once before repeating one; ProcGen draws levels itself, uniformly, in evaluation too (as the
+    reference protocol: ``num_levels=200, start_level=1000``, 200 episodes).
 
     Raises:
         ValueError: naming ``env.games`` / ``env.num_envs`` for games the suite does not have.
@@ -72,6 +92,10 @@ def make_env(
     e = cfg.env
     n = e.num_envs if envs_per_game is None else envs_per_game * len(e.games)
     try:
+        if e.suite == "procgen":
+            return ProcgenVecEnv(
+                list(e.games), n, levels.level_set(), seed=seed, distribution_mode=e.distribution_mode
+            )
         return MiniGridVecEnv(
             list(e.games), n, levels.level_set(), seed=seed, draw="cycle" if evaluation else "uniform"
         )
@@ -82,9 +106,8 @@ def make_env(
 def build_model(cfg: RLConfig) -> Agent:
     """The agent of ``cfg.model`` for ``cfg.env``'s observations and actions."""
     m = cfg.model
-    encoder = make_encoder(
-        "minigrid" if m.encoder == "auto" else m.encoder, MINIGRID_OBS_SHAPE, m.feature_dim
-    )
+    obs_shape, num_actions, auto_encoder = SUITE_SPECS[cfg.env.suite]
+    encoder = make_encoder(auto_encoder if m.encoder == "auto" else m.encoder, obs_shape, m.feature_dim)
     core = Core(
         m.core,
         m.feature_dim + 1,
@@ -92,9 +115,10 @@ def build_model(cfg: RLConfig) -> Agent:
         num_layers=m.num_layers,
         num_heads=m.num_heads,
         d_ff=m.d_ff,
+        lstm_size=m.lstm_size or None,
         reset_every=m.reset_every,
     )
-    return Agent(encoder, MINIGRID_ACTIONS, core)
+    return Agent(encoder, num_actions, core)
 
 
 def _frames(cfg: RLConfig, step: int) -> int:
@@ -206,7 +230,7 @@ def _measure(cfg: RLConfig, state: dict[str, Any], model: Agent, device: Any) ->
         "suite": cfg.env.suite,
         "games": list(cfg.env.games),
         "frames": _frames(cfg, state["step"]),
-        "normalisation": {g: NORMALISATION.get(g, NORMALISATION[cfg.env.suite]) for g in cfg.env.games},
+        "normalisation": {g: normalisation_constants(cfg.env.suite, g) for g in cfg.env.games},
         "test_splits": splits,
         "test_score": statistics.fmean(s["score"] for s in splits),
         "test_normalised": test_games,

@@ -9,6 +9,7 @@ from fastweights.checks import check_choice, check_device, check_int, check_ints
 from fastweights.rl.cores import CORES
 from fastweights.rl.encoders import ENCODERS
 from fastweights.rl.envs import LevelSet
+from fastweights.rl.procgen import DISTRIBUTION_MODES, PROCGEN_GAMES
 from fastweights.rl.rollout import REWARD_CLIPS
 
 __all__ = [
@@ -21,7 +22,7 @@ __all__ = [
     "RLConfig",
 ]
 
-SUITES = ("minigrid",)  # ProcGen (the paper's suite) is not wired up yet
+SUITES = ("minigrid", "procgen")  # procgen: the optional extra procgen2 (pip install -e '.[rl]')
 
 
 @dataclass
@@ -43,7 +44,7 @@ class LevelsConfig:
 class RLEnvConfig:
     """The games (played jointly, no task id), how many environments, and the level splits."""
 
-    suite: str = "minigrid"
+    suite: str = "minigrid"  # or "procgen" (64x64 RGB, 15 actions; the SRWM paper's suite)
     games: list[str] = field(
         default_factory=lambda: ["MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-5x5-v0"]
     )
@@ -52,9 +53,11 @@ class RLEnvConfig:
     # the greedy validation during training (it picks the best checkpoint): unseen levels kept apart
     # from the evaluation's eval.splits, so the reported test score is not the selection score
     val_levels: LevelsConfig = field(default_factory=lambda: LevelsConfig(2000, 200))
+    distribution_mode: str = "easy"  # ProcGen only (the paper's: easy)
 
     def __post_init__(self) -> None:
         check_choice("suite", self.suite, SUITES)
+        check_choice("distribution_mode", self.distribution_mode, DISTRIBUTION_MODES)
         if (
             not isinstance(self.games, list)
             or not self.games
@@ -63,6 +66,9 @@ class RLEnvConfig:
             raise ValueError(f"games: expected a non-empty list of game names, got {self.games!r}")
         if len(set(self.games)) != len(self.games):
             raise ValueError(f"games: expected distinct names, got {self.games}")
+        if self.suite == "procgen" and not set(self.games) <= set(PROCGEN_GAMES):
+            unknown = [g for g in self.games if g not in PROCGEN_GAMES]
+            raise ValueError(f"games: expected ProcGen games of {list(PROCGEN_GAMES)}, got unknown {unknown}")
         check_int("num_envs", self.num_envs, low=len(self.games))
         if self.train_levels.level_set().overlaps(self.val_levels.level_set()):
             raise ValueError(
@@ -76,18 +82,20 @@ class RLModelConfig:
     """Encoder → core → policy / value heads (paper: IMPALA-CNN, SRWM 2 × 128 with 8 heads, FF 512)."""
 
     core: str = "srwm"
-    encoder: str = "auto"  # auto: the suite's (minigrid for MiniGrid)
+    encoder: str = "auto"  # auto: the suite's (minigrid for MiniGrid, impala for ProcGen)
     feature_dim: int = 256
     d_model: int = 128
     num_layers: int = 2
     num_heads: int = 8
     d_ff: int = 512
+    lstm_size: int = 0  # the lstm core's width (paper: 256); 0: d_model
     reset_every: int = 50  # srwm_reset's period in steps
 
     def __post_init__(self) -> None:
         check_choice("core", self.core, CORES)
         check_choice("encoder", self.encoder, ("auto", *ENCODERS))
         check_ints(self, ("feature_dim", "d_model", "num_layers", "num_heads", "d_ff", "reset_every"))
+        check_int("lstm_size", self.lstm_size, low=0)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={self.num_heads}, got {self.d_model}"
@@ -163,6 +171,11 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         check_device("device", self.device)
+        if self.model.encoder == "minigrid" and self.env.suite != "minigrid":
+            raise ValueError(
+                f"model.encoder: expected 'auto' or 'impala' for env.suite={self.env.suite!r} (the "
+                "'minigrid' encoder reads MiniGrid's symbolic view), got 'minigrid'"
+            )
         for split in self.eval.splits:
             for name, used in (("train_levels", self.env.train_levels), ("val_levels", self.env.val_levels)):
                 if split.level_set().overlaps(used.level_set()):

@@ -95,7 +95,8 @@ class Core(nn.Module):
         kind: a name of :data:`CORES`.
         in_dim: input width (encoder features + 1 for the previous reward).
         d_model, num_layers, num_heads, d_ff: the sequence model (paper's SRWM / DeltaNet cores: 128,
-            2, 8, 512); ``lstm`` uses one LSTM layer of width ``d_model`` (paper: 256).
+            2, 8, 512).
+        lstm_size: width of ``lstm``'s one LSTM layer (paper: 256); ``None``: ``d_model``.
         reset_every: ``srwm_reset``'s period in steps (paper: 50).
 
     Raises:
@@ -111,6 +112,7 @@ class Core(nn.Module):
         num_layers: int = 2,
         num_heads: int = 8,
         d_ff: int = 512,
+        lstm_size: int | None = None,
         reset_every: int = 50,
     ) -> None:
         super().__init__()
@@ -125,6 +127,8 @@ class Core(nn.Module):
             self.proj: nn.Module = nn.Identity()
             self.out_dim = in_dim
             return
+        if kind == "lstm":
+            d_model = d_model if lstm_size is None else lstm_size
         self.proj = nn.Linear(in_dim, d_model)
         self.out_dim = d_model
         if kind == "lstm":
