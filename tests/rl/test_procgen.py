@@ -93,7 +93,8 @@ def test_actions_reach_their_env_and_episodes_are_reported_at_done(fake):
         s = steps[done_at[0]]
         assert s.episode_return[i] == actions[i] * lengths[i] and s.episode_length[i] == lengths[i]
     not_done = ~steps[0].done
-    assert torch.isnan(steps[0].episode_return[not_done]).all() and (steps[0].episode_length[not_done] == 0).all()
+    assert torch.isnan(steps[0].episode_return[not_done]).all()
+    assert (steps[0].episode_length[not_done] == 0).all()
     assert steps[0].reward.tolist() == [1.0, 2.0, 3.0, 4.0]
 
 
