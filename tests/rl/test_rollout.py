@@ -132,3 +132,27 @@ def test_a_few_hundred_updates_learn_empty_random(one_thread):
     test = MiniGridVecEnv(["MiniGrid-Empty-Random-5x5-v0"], 8, LevelSet(1000, 64), draw="cycle")
     returns = evaluate_greedy(agent, test, 4, reward_clip="none")["MiniGrid-Empty-Random-5x5-v0"]
     assert sum(returns) / len(returns) > 0.6
+
+
+@pytest.mark.parametrize("kind", ["srwm_reset", "srwm"])
+def test_reset_variant_resets_every_n_steps_in_training_and_in_greedy_evaluation(kind):
+    agent = _agent(kind)  # reset_every=5
+    counts: list[int] = []
+    forward = agent.core.forward
+
+    def spy(x, done, state):
+        out, new = forward(x, done, state)
+        counts.append(int(new.steps.max()))  # steps since each env's last reset, after this call
+        return out, new
+
+    agent.core.forward = spy
+    actor = Actor(agent, _env(), seed=1)
+    for _ in range(3):
+        actor.unroll(4)  # carried across unrolls
+    in_training = list(counts)
+    counts.clear()
+    evaluate_greedy(agent, _env(n=2), 1)
+    if kind == "srwm_reset":
+        assert max(in_training) == 5 and max(counts) == 5
+    else:  # episodes here last longer than 5 steps: the plain SRWM keeps self-modifying
+        assert max(in_training) > 5 and max(counts) > 5
