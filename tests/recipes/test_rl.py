@@ -36,6 +36,10 @@ def test_train_and_eval_write_the_results_report_and_curves(tmp_path, capsys):
     assert "normalised score" in capsys.readouterr().out
     report = (run / "report.md").read_text()
     assert "test 1000–1007" in report and "(0.0, 1.0)" in report
+    rand = r["random_policy"]  # uniform actions on the first split: the reference of the table
+    assert rand["levels"] == {"start": 1000, "count": 8}
+    assert all(g["episodes"] == 4 for g in rand["games"].values())
+    assert "Random policy (uniform actions) on levels 1000–1007" in report
 
 
 def test_compare_over_cores_writes_the_table(tmp_path, capsys):
@@ -44,6 +48,7 @@ def test_compare_over_cores_writes_the_table(tmp_path, capsys):
     assert main([*args, "train.threads=1", "train.max_steps=3", "eval.splits=[{start: 1000, count: 4}]"]) == 0
     table = (root / "comparison.md").read_text()
     assert "| ff |" in table and "| fake_srwm |" in table and "test levels" in table
+    assert "| random policy (levels 1000–1003) | — |" in table
     assert (root / "comparison.png").exists()
 
 
@@ -105,6 +110,7 @@ def test_procgen_smoke_trains_and_evaluates_with_the_impala_encoder(tmp_path):
         ("env.distribution_mode=extreme", r"env\.distribution_mode: expected one of"),
         (("env.suite=procgen", "env.games=[maze]", "model.encoder=minigrid"), r"model\.encoder: expected"),
         ("model.lstm_size=-1", r"model\.lstm_size"),
+        ("eval.random_policy=maybe", r"eval\.random_policy"),
     ],
 )
 def test_bad_config_values_are_one_line_errors(tmp_path, capsys, override, pattern):

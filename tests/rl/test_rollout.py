@@ -9,7 +9,7 @@ from fastweights.rl.agent import Agent
 from fastweights.rl.cores import Core
 from fastweights.rl.encoders import MiniGridEncoder
 from fastweights.rl.envs import LevelSet, MiniGridVecEnv
-from fastweights.rl.rollout import Actor, clip_reward, evaluate_greedy, learner_loss
+from fastweights.rl.rollout import Actor, clip_reward, evaluate_greedy, evaluate_random, learner_loss
 
 GAMES = ["MiniGrid-Empty-Random-6x6-v0", "MiniGrid-LavaGapS5-v0"]
 
@@ -105,6 +105,16 @@ def test_greedy_evaluation_counts_the_first_episodes_of_every_env():
     assert set(out) == set(GAMES) and all(len(v) == 4 for v in out.values())
     with pytest.raises(ValueError, match=r"episodes: expected an int >= 1"):
         evaluate_greedy(agent, env, 0)
+
+
+def test_random_policy_reference_counts_the_same_episodes_and_is_seeded():
+    env = lambda: MiniGridVecEnv(GAMES, 4, LevelSet(1000, 8), draw="cycle")  # noqa: E731
+    a, b = evaluate_random(env(), 3, seed=4), evaluate_random(env(), 3, seed=4)
+    assert a == b and all(len(v) == 6 for v in a.values())
+    assert all(0.0 <= r <= 1.0 for v in a.values() for r in v)
+    assert evaluate_random(env(), 3, seed=5) != a
+    with pytest.raises(ValueError, match=r"episodes: expected an int >= 1"):
+        evaluate_random(env(), 0)
 
 
 def test_reward_clips():

@@ -37,7 +37,7 @@ from fastweights.rl.procgen import (
     PROCGEN_OBS_SHAPE,
     ProcgenVecEnv,
 )
-from fastweights.rl.rollout import Actor, evaluate_greedy, learner_loss
+from fastweights.rl.rollout import Actor, evaluate_greedy, evaluate_random, learner_loss
 from fastweights.train.loop import fit
 
 __all__ = [*RECIPE_MEMBERS, "MODELS", "NORMALISATION", "SUITE_SPECS", "normalised_score", "make_env"]
@@ -126,12 +126,22 @@ def _frames(cfg: RLConfig, step: int) -> int:
 
 
 def _greedy_scores(
-    cfg: RLConfig, agent: Agent, levels: LevelsConfig, episodes: int, envs_per_game: int
+    cfg: RLConfig,
+    agent: Agent | None,
+    levels: LevelsConfig,
+    episodes: int,
+    envs_per_game: int,
 ) -> dict[str, dict[str, float]]:
-    """Per game: mean / std of the greedy returns over ``episodes`` episodes and its normalised score."""
+    """Per game: mean / std of the greedy returns over ``episodes`` episodes and its normalised score
+    (``agent=None``: uniformly random actions, the random-policy reference)."""
     env = make_env(cfg, levels, envs_per_game, evaluation=True)
     try:
-        returns = evaluate_greedy(agent, env, episodes // envs_per_game, reward_clip=cfg.train.reward_clip)
+        if agent is None:
+            returns = evaluate_random(env, episodes // envs_per_game, seed=cfg.train.seed)
+        else:
+            returns = evaluate_greedy(
+                agent, env, episodes // envs_per_game, reward_clip=cfg.train.reward_clip
+            )
     finally:
         env.close()
     return {
@@ -239,6 +249,9 @@ def _measure(cfg: RLConfig, state: dict[str, Any], model: Agent, device: Any) ->
         train = _greedy_scores(cfg, model, cfg.env.train_levels, e.train_episodes, e.envs_per_game)
         out["train_levels"] = train
         out["train_score"] = _mean_normalised(train)
+    if e.random_policy:
+        rand = _greedy_scores(cfg, None, e.splits[0], e.episodes, e.envs_per_game)
+        out["random_policy"] = {"levels": asdict(e.splits[0]), "games": rand, "score": _mean_normalised(rand)}
     return {"rl": out}
 
 
@@ -284,6 +297,18 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
         + (f", training levels {100 * rl['train_score']:.1f}" if "train_score" in rl else "")
         + ". Returns: mean ± std over the greedy episodes of each level range.",
     ]
+    if "random_policy" in rl:
+        rand = rl["random_policy"]
+        lv = rand["levels"]
+        per_game = ", ".join(
+            f"{g} {rand['games'][g]['mean_return']:.3f} ({100 * rand['games'][g]['normalised']:.1f})"
+            for g in rl["games"]
+        )
+        lines += [
+            "",
+            f"Random policy (uniform actions) on levels {lv['start']}–{lv['start'] + lv['count'] - 1}, "
+            f"mean return (normalised ×100): {per_game}; mean normalised {100 * rand['score']:.1f}.",
+        ]
     curves = {f"validation {g}": c for g, c in _curves(out_dir, "val_return/").items()}
     curves |= {f"train {g}": c for g, c in _curves(out_dir, "train_return/").items()}
     if curves:
@@ -315,6 +340,19 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
                 f"{100 * rl['train_score']:.1f}" if "train_score" in rl else "—",
                 f"{100 * rl['test_score']:.1f}",
                 *[f"{100 * rl['test_normalised'][g]:.1f}" for g in games],
+            ]
+        )
+    rand = next((r["rl"]["random_policy"] for r in results.values() if "random_policy" in r["rl"]), None)
+    if rand is not None:  # the reference row: uniform actions on the first test split
+        lv = rand["levels"]
+        rows.append(
+            [
+                f"random policy (levels {lv['start']}–{lv['start'] + lv['count'] - 1})",
+                "—",
+                "—",
+                "—",
+                f"{100 * rand['score']:.1f}",
+                *[f"{100 * rand['games'][g]['normalised']:.1f}" for g in games],
             ]
         )
     return header, rows

@@ -146,12 +146,15 @@ class RLEvalConfig:
     episodes: int = 200
     envs_per_game: int = 8
     train_episodes: int = 200  # also on the training levels (the train/test gap)
+    random_policy: bool = True  # also uniformly random actions on the first split (the reference)
 
     def __post_init__(self) -> None:
         if not isinstance(self.splits, list) or not self.splits:
             raise ValueError(f"splits: expected a non-empty list of {{start, count}}, got {self.splits!r}")
         check_ints(self, ("episodes", "envs_per_game"))
         check_int("train_episodes", self.train_episodes, low=0)
+        if not isinstance(self.random_policy, bool):
+            raise ValueError(f"random_policy: expected true or false, got {self.random_policy!r}")
         for name in ("episodes", "train_episodes"):
             value = getattr(self, name)
             if value % self.envs_per_game:

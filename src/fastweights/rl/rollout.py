@@ -7,11 +7,13 @@
   next and detached there (truncated BPTT over ``T`` steps).
 - :func:`learner_loss` recomputes the unroll from its start state with gradients and applies
   :func:`~fastweights.rl.vtrace.vtrace` + :func:`~fastweights.rl.vtrace.actor_critic_loss`.
-- :func:`evaluate_greedy` plays a fixed number of episodes per environment with greedy actions.
+- :func:`evaluate_greedy` plays a fixed number of episodes per environment with greedy actions;
+  :func:`evaluate_random` the same episodes with uniformly random actions (the random-policy reference).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,15 @@ from fastweights.rl.cores import CoreState, detach_state
 from fastweights.rl.envs import VecEnv
 from fastweights.rl.vtrace import actor_critic_loss, vtrace
 
-__all__ = ["REWARD_CLIPS", "clip_reward", "Rollout", "Actor", "learner_loss", "evaluate_greedy"]
+__all__ = [
+    "REWARD_CLIPS",
+    "clip_reward",
+    "Rollout",
+    "Actor",
+    "learner_loss",
+    "evaluate_greedy",
+    "evaluate_random",
+]
 
 REWARD_CLIPS = ("sign", "clamp", "none")
 
@@ -199,6 +209,31 @@ def learner_loss(
     return loss, {**parts, "mean_rho": float(log_rhos.exp().mean())}
 
 
+def _check_episodes(episodes_per_env: int) -> None:
+    if isinstance(episodes_per_env, bool) or not isinstance(episodes_per_env, int) or episodes_per_env < 1:
+        raise ValueError(f"episodes: expected an int >= 1 per environment, got {episodes_per_env!r}")
+
+
+def _play(
+    env: VecEnv, episodes_per_env: int, act: Callable[[Tensor, Tensor, Tensor], Tensor]
+) -> dict[str, list[float]]:
+    """Step ``env`` with ``act(obs, previous reward (unclipped), done) -> actions [N]`` until every
+    environment has finished ``episodes_per_env`` episodes; ``{game: [returns of the first ones]}``."""
+    n = env.num_envs
+    obs = env.reset()
+    reward, done = torch.zeros(n), torch.ones(n, dtype=torch.bool)
+    counts = np.zeros(n, dtype=np.int64)
+    returns: dict[str, list[float]] = {g: [] for g in dict.fromkeys(env.games)}
+    while (counts < episodes_per_env).any():
+        result = env.step(act(obs, reward, done))
+        for i in torch.nonzero(result.done).flatten().tolist():
+            if counts[i] < episodes_per_env:
+                returns[env.games[i]].append(float(result.episode_return[i]))
+                counts[i] += 1
+        obs, reward, done = result.obs, result.reward, result.done
+    return returns
+
+
 @torch.no_grad()
 def evaluate_greedy(
     agent: Agent, env: VecEnv, episodes_per_env: int, *, reward_clip: str = "sign"
@@ -213,23 +248,27 @@ def evaluate_greedy(
         ValueError: for ``episodes_per_env < 1`` or an unknown ``reward_clip``.
     """
     clip_reward(torch.zeros(1), reward_clip)
-    if isinstance(episodes_per_env, bool) or not isinstance(episodes_per_env, int) or episodes_per_env < 1:
-        raise ValueError(f"episodes: expected an int >= 1 per environment, got {episodes_per_env!r}")
+    _check_episodes(episodes_per_env)
     device = next(agent.parameters()).device
-    n = env.num_envs
-    obs = env.reset()
-    prev = torch.zeros(n)
-    done = torch.ones(n, dtype=torch.bool)
-    state = agent.initial_state(n, device)
-    counts = np.zeros(n, dtype=np.int64)
-    returns: dict[str, list[float]] = {g: [] for g in dict.fromkeys(env.games)}
-    while (counts < episodes_per_env).any():
-        out, state = agent(obs[None].to(device), prev[None].to(device), done[None].to(device), state)
-        result = env.step(out.logits[0].argmax(-1).cpu())
-        for i in torch.nonzero(result.done).flatten().tolist():
-            if counts[i] < episodes_per_env:
-                returns[env.games[i]].append(float(result.episode_return[i]))
-                counts[i] += 1
-        obs, done = result.obs, result.done
-        prev = torch.where(done, torch.zeros_like(result.reward), clip_reward(result.reward, reward_clip))
-    return returns
+    state = [agent.initial_state(env.num_envs, device)]
+
+    def act(obs: Tensor, reward: Tensor, done: Tensor) -> Tensor:
+        prev = torch.where(done, torch.zeros_like(reward), clip_reward(reward, reward_clip))
+        out, state[0] = agent(obs[None].to(device), prev[None].to(device), done[None].to(device), state[0])
+        return out.logits[0].argmax(-1).cpu()
+
+    return _play(env, episodes_per_env, act)
+
+
+def evaluate_random(env: VecEnv, episodes_per_env: int, *, seed: int = 0) -> dict[str, list[float]]:
+    """The same count of episodes as :func:`evaluate_greedy` with uniformly random actions (a generator
+    seeded with ``seed``): the random-policy reference of a level range.
+
+    Raises:
+        ValueError: for ``episodes_per_env < 1``.
+    """
+    _check_episodes(episodes_per_env)
+    g = torch.Generator().manual_seed(seed)
+    return _play(
+        env, episodes_per_env, lambda obs, _r, _d: torch.randint(env.num_actions, (len(obs),), generator=g)
+    )
