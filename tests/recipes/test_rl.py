@@ -121,3 +121,24 @@ def test_bad_config_values_are_one_line_errors(tmp_path, capsys, override, patte
     assert re.search(pattern, err), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "bad").exists()
+
+
+def test_paper_preset_is_the_papers_protocol_and_agent():
+    from fastweights.config import load_config, preset_path
+    from fastweights.recipes.rl_config import RLConfig
+
+    cfg = load_config(RLConfig, preset_path("rl", "paper"))
+    assert cfg.env.suite == "procgen" and cfg.env.distribution_mode == "easy"
+    assert cfg.env.games == ["bigfish", "fruitbot", "maze", "leaper", "plunder", "starpilot"]
+    assert (cfg.env.train_levels.start, cfg.env.train_levels.count) == (0, 200)
+    assert cfg.train.max_steps * cfg.train.unroll * cfg.env.num_envs == 300_000_000
+    assert (cfg.train.unroll, cfg.env.num_envs, cfg.train.reward_clip) == (50, 32, "sign")
+    assert [(s.start, s.count) for s in cfg.eval.splits] == [(1000, 200), (1200, 200), (1400, 200)]
+    assert cfg.eval.episodes == 200
+    for core, width in (("srwm", 128), ("lstm", 256), ("deltanet", 128)):
+        cfg.model.core = core
+        agent = rl.build_model(cfg)  # builds without procgen2: the suite table gives shapes and actions
+        assert agent.encoder.fc.out_features == 256 and agent.core.out_dim == width
+        assert agent.core.proj.in_features == 257  # features + the previous reward
+        assert len(agent.core.layers) == (1 if core == "lstm" else 2)
+    assert agent.policy.out_features == 15
