@@ -1,6 +1,7 @@
-"""The fused CPU SRWM kernel (``ops.srwm_cpu``) against the PyTorch fast path (``ops.srwm_autograd``),
-forward + backward, fp32, in one run: minimum over ``--repeats`` timings after a warm-up, the ratio to the
-fast path and each one's peak tensor memory (``torch.profiler`` events, an untimed run).
+"""The fused CPU SRWM kernel (``ops.srwm_cpu``) against the PyTorch fast path (``ops.srwm_autograd``)
+and the per-step reference (``ops.srwm_reference``), forward + backward, fp32, in one run: minimum over
+``--repeats`` timings after a warm-up, the ratio to the fast path and each one's peak tensor memory
+(``torch.profiler`` events, an untimed run).
 
     python benchmarks/srwm_cpu_kernel.py [--B 8 --H 8 --E 32 --T 1024] [--threads 2] [--repeats 3]
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable
 import torch
 from _memory import peak_bytes
 
-from fastweights.ops import srwm_cpu
+from fastweights.ops import srwm_cpu, srwm_reference
 from fastweights.ops.srwm_autograd import srwm_fast_path
 
 
@@ -32,6 +33,10 @@ def main() -> None:
     variants: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]] = {
         "PyTorch fast path": lambda: (lambda r: (r[0], r[2]))(srwm_fast_path(x, None, w0)),
         "fused CPU kernel": lambda: srwm_cpu.srwm_fused_cpu(x, w0),
+        # the per-step, per-block reference (autograd through every step), from the same state
+        "srwm_reference": lambda: srwm_reference(
+            x, torch.zeros_like(w0[0]), initial_state=w0, output_final_state=True
+        ),
     }
     print(f"SRWM fwd+bwd, fp32, B={a.B} H={a.H} E={a.E} T={a.T}, {torch.get_num_threads()} threads")
     base = None

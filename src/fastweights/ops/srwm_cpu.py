@@ -36,6 +36,7 @@ _FLAGS = [
     "-fassociative-math",
     "-fno-signed-zeros",
     "-fno-trapping-math",
+    "-fopenmp",  # at::parallel_for's OpenMP backend is inlined into the extension: without it, serial
 ]
 
 
@@ -48,7 +49,12 @@ def _load() -> Any:
         try:
             from torch.utils.cpp_extension import load
 
-            _state["module"] = load(name="fastweights_srwm_cpu", sources=[str(_SOURCE)], extra_cflags=_FLAGS)
+            _state["module"] = load(
+                name="fastweights_srwm_cpu",
+                sources=[str(_SOURCE)],
+                extra_cflags=_FLAGS,
+                extra_ldflags=["-fopenmp"],
+            )
         except Exception as err:  # no compiler / ninja / headers: fall back, say so once
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             log.warning("fused CPU SRWM kernel unavailable (%s); using the PyTorch fast path", first)

@@ -25,53 +25,98 @@ void softmax_inplace(T* v, int64_t n) {
 }
 
 // column -> learning-rate index (0: y, 1: q, 2: k, 3: beta)
-inline int rate_of(int64_t c, int64_t o, int64_t e) {
-  if (c < o) return 0;
-  if (c < o + e) return 1;
-  if (c < o + 2 * e) return 2;
-  return 3;
+std::vector<int> rate_index(int64_t c, int64_t o, int64_t e) {
+  std::vector<int> r(c);
+  for (int64_t j = 0; j < c; ++j) r[j] = j < o ? 0 : (j < o + e ? 1 : (j < o + 2 * e ? 2 : 3));
+  return r;
 }
 
+// The forward sweeps each step's matrix twice: d_t = (q_t - k_t) W_{t-1}, then the rank-1 update of
+// every row fused with the next step's projection p_{t+1} = x_{t+1} W_t.
 template <typename T>
-void forward_one(const T* x, T* w, T* y, T* act, T* diff, int64_t steps, int64_t e, int64_t c, int64_t o) {
-  std::vector<T> p(c), qmk(e), u(c);
+void forward_one(const T* __restrict__ x, T* __restrict__ w, T* __restrict__ y, T* __restrict__ act,
+                 T* __restrict__ diff, int64_t steps, int64_t e, int64_t c, int64_t o) {
+  std::vector<T> pbuf(c), qbuf(e), ubuf(c);
+  T* __restrict__ p = pbuf.data();
+  T* __restrict__ qmk = qbuf.data();
+  T* __restrict__ u = ubuf.data();
+  const std::vector<int> rate = rate_index(c, o, e);
   const int64_t na = 2 * e + 4;
+  for (int64_t j = 0; j < c; ++j) p[j] = 0;
+  for (int64_t i = 0; i < e; ++i) {  // p_0 = x_0 W_0
+    const T xi = x[i];
+    const T* __restrict__ wi = w + i * c;
+    for (int64_t j = 0; j < c; ++j) p[j] += xi * wi[j];
+  }
   for (int64_t t = 0; t < steps; ++t) {
-    const T* xt = x + t * e;
-    for (int64_t j = 0; j < c; ++j) p[j] = 0;
-    for (int64_t i = 0; i < e; ++i) {
-      const T xi = xt[i];
-      const T* wi = w + i * c;
-      for (int64_t j = 0; j < c; ++j) p[j] += xi * wi[j];
-    }
     for (int64_t j = 0; j < o; ++j) y[t * o + j] = p[j];
-    T* a = act + t * na;
+    T* __restrict__ a = act + t * na;
     for (int64_t j = 0; j < na; ++j) a[j] = p[o + j];
     softmax_inplace(a, e);
     softmax_inplace(a + e, e);
     for (int64_t j = 0; j < 4; ++j) a[2 * e + j] = T(1) / (T(1) + std::exp(-a[2 * e + j]));
     for (int64_t i = 0; i < e; ++i) qmk[i] = a[i] - a[e + i];
-    T* d = diff + t * c;
+    T* __restrict__ d = diff + t * c;
     for (int64_t j = 0; j < c; ++j) d[j] = 0;
     for (int64_t i = 0; i < e; ++i) {
       const T qi = qmk[i];
-      const T* wi = w + i * c;
+      const T* __restrict__ wi = w + i * c;
       for (int64_t j = 0; j < c; ++j) d[j] += qi * wi[j];
     }
-    for (int64_t j = 0; j < c; ++j) u[j] = d[j] * a[2 * e + rate_of(j, o, e)];
+    for (int64_t j = 0; j < c; ++j) u[j] = d[j] * a[2 * e + rate[j]];
+    const bool next = t + 1 < steps;
+    const T* __restrict__ xn = x + (t + 1) * e;
+    for (int64_t j = 0; j < c; ++j) p[j] = 0;
     for (int64_t i = 0; i < e; ++i) {
       const T ki = a[e + i];
-      T* wi = w + i * c;
-      for (int64_t j = 0; j < c; ++j) wi[j] += ki * u[j];
+      const T xi = next ? xn[i] : T(0);
+      T* __restrict__ wi = w + i * c;
+      for (int64_t j = 0; j < c; ++j) {
+        const T v = wi[j] + ki * u[j];
+        wi[j] = v;
+        p[j] += xi * v;
+      }
     }
   }
 }
 
+// W_{t-1} = W_t - k_t (x) u_t row by row, with g_k = G u_t and g_u = k_t G for G = dL/dW_t.
 template <typename T>
-void backward_one(const T* x, const T* act, const T* diff, T* w, T* g, const T* gy, T* gx, int64_t steps,
-                  int64_t e, int64_t c, int64_t o) {
-  std::vector<T> u(c), gu(c), gd(c), gproj(c), gk(e), gqmk(e), qmk(e);
+void undo_row(T* __restrict__ wi, const T* __restrict__ gi, const T* __restrict__ u, T ki, T* __restrict__ gu,
+              T& gk, int64_t c) {
+  T s = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    wi[j] -= ki * u[j];
+    s += gi[j] * u[j];
+    gu[j] += ki * gi[j];
+  }
+  gk = s;
+}
+
+// The backward sweeps each step's matrix twice: g_(q-k) = g_d W_{t-1}^T, then per row g_x, the update of
+// G and (fused) the undo of step t-1 with its g_k, g_u.
+template <typename T>
+void backward_one(const T* __restrict__ x, const T* __restrict__ act, const T* __restrict__ diff,
+                  T* __restrict__ w, T* __restrict__ g, const T* __restrict__ gy, T* __restrict__ gx,
+                  int64_t steps, int64_t e, int64_t c, int64_t o) {
+  std::vector<T> ub(c), gub(c), gdb(c), gpb(c), gkb(e), gqb(e), qb(e);
+  T* __restrict__ u = ub.data();
+  T* __restrict__ gu = gub.data();
+  T* __restrict__ gd = gdb.data();
+  T* __restrict__ gproj = gpb.data();
+  T* __restrict__ gk = gkb.data();
+  T* __restrict__ gqmk = gqb.data();
+  T* __restrict__ qmk = qb.data();
+  const std::vector<int> rate = rate_index(c, o, e);
   const int64_t na = 2 * e + 4;
+  auto written = [&](int64_t t) {  // u_t = d_t * beta_t per column
+    const T* beta = act + t * na + 2 * e;
+    const T* d = diff + t * c;
+    for (int64_t j = 0; j < c; ++j) u[j] = d[j] * beta[rate[j]];
+  };
+  written(steps - 1);
+  for (int64_t j = 0; j < c; ++j) gu[j] = 0;
+  for (int64_t i = 0; i < e; ++i) undo_row(w + i * c, g + i * c, u, act[(steps - 1) * na + e + i], gu, gk[i], c);
   for (int64_t t = steps - 1; t >= 0; --t) {
     const T* a = act + t * na;
     const T* q = a;
@@ -79,36 +124,20 @@ void backward_one(const T* x, const T* act, const T* diff, T* w, T* g, const T* 
     const T* beta = a + 2 * e;
     const T* d = diff + t * c;
     const T* xt = x + t * e;
-    for (int64_t j = 0; j < c; ++j) u[j] = d[j] * beta[rate_of(j, o, e)];
-    for (int64_t i = 0; i < e; ++i) {  // W_{t-1} = W_t - k (x) u
-      T* wi = w + i * c;
-      for (int64_t j = 0; j < c; ++j) wi[j] -= k[i] * u[j];
-    }
-    for (int64_t j = 0; j < c; ++j) gu[j] = 0;
-    for (int64_t i = 0; i < e; ++i) {  // with G = dL/dW_t: g_k = G u, g_u = k G
-      const T* gi = g + i * c;
-      T s = 0;
-      for (int64_t j = 0; j < c; ++j) {
-        s += gi[j] * u[j];
-        gu[j] += k[i] * gi[j];
-      }
-      gk[i] = s;
-    }
     T gbeta[4] = {0, 0, 0, 0};
     for (int64_t j = 0; j < c; ++j) {
-      const int r = rate_of(j, o, e);
+      const int r = rate[j];
       gd[j] = gu[j] * beta[r];
       gbeta[r] += gu[j] * d[j];
     }
     for (int64_t i = 0; i < e; ++i) {  // g_(q-k) = g_d W_{t-1}^T
-      const T* wi = w + i * c;
+      const T* __restrict__ wi = w + i * c;
       T s = 0;
       for (int64_t j = 0; j < c; ++j) s += gd[j] * wi[j];
       gqmk[i] = s;
       qmk[i] = q[i] - k[i];
     }
-    // softmax backward of q (gradient g_qmk) and k (gradient g_k - g_qmk)
-    T dot_q = 0, dot_k = 0;
+    T dot_q = 0, dot_k = 0;  // softmax backward of q (gradient g_qmk) and k (gradient g_k - g_qmk)
     for (int64_t i = 0; i < e; ++i) {
       dot_q += gqmk[i] * q[i];
       dot_k += (gk[i] - gqmk[i]) * k[i];
@@ -119,9 +148,13 @@ void backward_one(const T* x, const T* act, const T* diff, T* w, T* g, const T* 
       gproj[o + e + i] = k[i] * ((gk[i] - gqmk[i]) - dot_k);
     }
     for (int64_t r = 0; r < 4; ++r) gproj[o + 2 * e + r] = gbeta[r] * beta[r] * (T(1) - beta[r]);
+    const bool prev = t > 0;
+    if (prev) written(t - 1);
+    for (int64_t j = 0; j < c; ++j) gu[j] = 0;
+    const T* kp = prev ? act + (t - 1) * na + e : nullptr;
     for (int64_t i = 0; i < e; ++i) {  // g_x = g_proj W_{t-1}^T; G += (q - k) (x) g_d + x (x) g_proj
-      const T* wi = w + i * c;
-      T* gi = g + i * c;
+      T* __restrict__ wi = w + i * c;
+      T* __restrict__ gi = g + i * c;
       T s = 0;
       const T qi = qmk[i], xi = xt[i];
       for (int64_t j = 0; j < c; ++j) {
@@ -129,6 +162,7 @@ void backward_one(const T* x, const T* act, const T* diff, T* w, T* g, const T* 
         gi[j] += qi * gd[j] + xi * gproj[j];
       }
       gx[t * e + i] = s;
+      if (prev) undo_row(wi, gi, u, kp[i], gu, gk[i], c);
     }
   }
 }
