@@ -68,3 +68,30 @@ def test_float32_matches_the_reference():
     y_ref, w_ref = _reference(x, w0, None)
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_opt_in_dispatch_from_the_public_op_and_the_layer(monkeypatch):
+    from fastweights.layers import SRWMLayer
+    from fastweights.ops import srwm
+    from fastweights.ops import srwm_cpu as kernel
+
+    x, w0 = _case(2, 9, 3, 4)
+    weight = w0[0].detach().requires_grad_()
+    calls = []
+    real = kernel.srwm_fused_cpu
+    monkeypatch.setattr(kernel, "srwm_fused_cpu", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setenv("FASTWEIGHTS_CPU_KERNEL", "0")
+    y_fast, w_fast = srwm(x, weight, output_final_state=True)
+    assert not calls
+    monkeypatch.setenv("FASTWEIGHTS_CPU_KERNEL", "1")
+    y, w = srwm(x, weight, output_final_state=True)
+    assert calls == [1]
+    torch.testing.assert_close(y, y_fast, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w, w_fast, rtol=1e-12, atol=1e-12)
+    g = torch.autograd.grad(y.square().sum() + w.sum(), (x, weight))
+    g_fast = torch.autograd.grad(y_fast.square().sum() + w_fast.sum(), (x, weight))
+    for a, b in zip(g, g_fast, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    layer = SRWMLayer(16, 4).double()
+    out, _ = layer(torch.randn(2, 5, 16, dtype=torch.float64))
+    assert calls == [1, 1] and out.shape == (2, 5, 16)
