@@ -68,11 +68,11 @@ def measure(cfg: RLConfig, core: str, repeats: int) -> dict[str, float]:
 def env_only(cfg: RLConfig, repeats: int) -> float:
     """Frames/s of the environments alone (uniformly random actions)."""
     env = rl.make_env(cfg, cfg.env.train_levels, seed=0)
-    spec = rl.SUITE_SPECS[cfg.env.suite]
     g = torch.Generator().manual_seed(0)
     try:
         env.reset()
-        actions = [torch.randint(spec[1], (env.num_envs,), generator=g) for _ in range(cfg.train.unroll)]
+        n, unroll = env.num_envs, cfg.train.unroll
+        actions = [torch.randint(env.num_actions, (n,), generator=g) for _ in range(unroll)]
 
         def play() -> None:
             for a in actions:

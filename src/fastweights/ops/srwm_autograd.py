@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fastweights.ops import srwm_cpu
+
 __all__ = ["srwm_fast_path"]
 
 
@@ -160,8 +162,6 @@ def srwm_fast_path(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor
     kernel (:mod:`fastweights.ops.srwm_cpu`; same math and saved vectors).
     """
     if x_read is None and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        from fastweights.ops import srwm_cpu
-
         if srwm_cpu.enabled():
             y, w = srwm_cpu.srwm_fused_cpu(x, w0)
             return y, None, w

@@ -97,7 +97,7 @@ class _FusedSRWM(torch.autograd.Function):
         y, act, diff, w = _load().srwm_forward(xn, w0.reshape(b * h, e, c), o)
         ctx.save_for_backward(xn, act, diff, w)
         ctx.shape = (b, steps, h, e, c, o)
-        return y.view(b, h, steps, o).transpose(1, 2), w.view(b, h, e, c)
+        return y.view(b, h, steps, o).transpose(1, 2), w.view(b, h, e, c).clone()  # w is saved
 
     @staticmethod
     def backward(ctx: Any, g_y: Tensor | None, g_w: Tensor | None) -> tuple[Tensor, Tensor]:

@@ -125,7 +125,7 @@ def _frames(cfg: RLConfig, step: int) -> int:
     return step * cfg.train.unroll * cfg.env.num_envs
 
 
-def _greedy_scores(
+def _level_scores(
     cfg: RLConfig,
     agent: Agent | None,
     levels: LevelsConfig,
@@ -188,7 +188,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     def validate() -> dict[str, float]:
         episodes = actor.pop_episodes()
         agent.eval()
-        scores = _greedy_scores(
+        scores = _level_scores(
             cfg, agent, cfg.env.val_levels, t.val_episodes * cfg.eval.envs_per_game, cfg.eval.envs_per_game
         )
         record = {"val_score": _mean_normalised(scores)}
@@ -233,7 +233,7 @@ def _measure(cfg: RLConfig, state: dict[str, Any], model: Agent, device: Any) ->
     e = cfg.eval
     splits = []
     for split in e.splits:
-        scores = _greedy_scores(cfg, model, split, e.episodes, e.envs_per_game)
+        scores = _level_scores(cfg, model, split, e.episodes, e.envs_per_game)
         splits.append({"levels": asdict(split), "games": scores, "score": _mean_normalised(scores)})
     test_games = {g: statistics.fmean(s["games"][g]["normalised"] for s in splits) for g in cfg.env.games}
     out: dict[str, Any] = {
@@ -246,11 +246,11 @@ def _measure(cfg: RLConfig, state: dict[str, Any], model: Agent, device: Any) ->
         "test_normalised": test_games,
     }
     if e.train_episodes:
-        train = _greedy_scores(cfg, model, cfg.env.train_levels, e.train_episodes, e.envs_per_game)
+        train = _level_scores(cfg, model, cfg.env.train_levels, e.train_episodes, e.envs_per_game)
         out["train_levels"] = train
         out["train_score"] = _mean_normalised(train)
     if e.random_policy:
-        rand = _greedy_scores(cfg, None, e.splits[0], e.episodes, e.envs_per_game)
+        rand = _level_scores(cfg, None, e.splits[0], e.episodes, e.envs_per_game)
         out["random_policy"] = {"levels": asdict(e.splits[0]), "games": rand, "score": _mean_normalised(rand)}
     return {"rl": out}
 

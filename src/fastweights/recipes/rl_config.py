@@ -66,8 +66,8 @@ class RLEnvConfig:
             raise ValueError(f"games: expected a non-empty list of game names, got {self.games!r}")
         if len(set(self.games)) != len(self.games):
             raise ValueError(f"games: expected distinct names, got {self.games}")
-        if self.suite == "procgen" and not set(self.games) <= set(PROCGEN_GAMES):
-            unknown = [g for g in self.games if g not in PROCGEN_GAMES]
+        unknown = [g for g in self.games if g not in PROCGEN_GAMES] if self.suite == "procgen" else []
+        if unknown:
             raise ValueError(f"games: expected ProcGen games of {list(PROCGEN_GAMES)}, got unknown {unknown}")
         check_int("num_envs", self.num_envs, low=len(self.games))
         if self.train_levels.level_set().overlaps(self.val_levels.level_set()):

@@ -127,8 +127,8 @@ class Core(nn.Module):
             self.proj: nn.Module = nn.Identity()
             self.out_dim = in_dim
             return
-        if kind == "lstm":
-            d_model = d_model if lstm_size is None else lstm_size
+        if kind == "lstm" and lstm_size is not None:
+            d_model = lstm_size
         self.proj = nn.Linear(in_dim, d_model)
         self.out_dim = d_model
         if kind == "lstm":

@@ -72,6 +72,24 @@ class StepResult:
     episode_return: Tensor
     episode_length: Tensor
 
+    @classmethod
+    def from_numpy(
+        cls,
+        obs: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        ep_return: np.ndarray,
+        ep_length: np.ndarray,
+    ) -> StepResult:
+        """The step from numpy arrays (``obs`` is copied: environments reuse their observation buffer)."""
+        return cls(
+            torch.from_numpy(obs.copy()),
+            torch.from_numpy(reward),
+            torch.from_numpy(done),
+            torch.from_numpy(ep_return),
+            torch.from_numpy(ep_length),
+        )
+
 
 class VecEnv(ABC):
     """Interface of the vectorised environments (see the module docstring).
@@ -89,6 +107,17 @@ class VecEnv(ABC):
     @abstractmethod
     def reset(self) -> Tensor:
         """Start a new episode in every environment; returns ``obs [N, *obs_shape]`` uint8."""
+
+    def _actions(self, actions: Tensor | np.ndarray) -> np.ndarray:
+        """``actions`` as a numpy array of shape ``[N]``.
+
+        Raises:
+            ValueError: for another shape.
+        """
+        acts = actions.detach().cpu().numpy() if isinstance(actions, Tensor) else np.asarray(actions)
+        if acts.shape != (self.num_envs,):
+            raise ValueError(f"actions: expected shape ({self.num_envs},), got {tuple(acts.shape)}")
+        return acts
 
     @abstractmethod
     def step(self, actions: Tensor) -> StepResult:
@@ -195,9 +224,7 @@ class MiniGridVecEnv(VecEnv):
         return torch.from_numpy(self._obs.copy())
 
     def step(self, actions: Tensor) -> StepResult:
-        acts = actions.detach().cpu().numpy() if isinstance(actions, Tensor) else np.asarray(actions)
-        if acts.shape != (self.num_envs,):
-            raise ValueError(f"actions: expected shape ({self.num_envs},), got {tuple(acts.shape)}")
+        acts = self._actions(actions)
         reward = np.zeros(self.num_envs, dtype=np.float32)
         done = np.zeros(self.num_envs, dtype=bool)
         ep_return = np.full(self.num_envs, np.nan, dtype=np.float32)
@@ -213,13 +240,7 @@ class MiniGridVecEnv(VecEnv):
                 self._reset_env(i)
             else:
                 self._obs[i] = obs["image"].transpose(2, 0, 1)
-        return StepResult(
-            torch.from_numpy(self._obs.copy()),
-            torch.from_numpy(reward),
-            torch.from_numpy(done),
-            torch.from_numpy(ep_return),
-            torch.from_numpy(ep_length),
-        )
+        return StepResult.from_numpy(self._obs, reward, done, ep_return, ep_length)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -161,9 +161,7 @@ class ProcgenVecEnv(VecEnv):
     def step(self, actions: Tensor) -> StepResult:
         if not self._envs:
             raise RuntimeError("ProcgenVecEnv.step: call reset() first")
-        acts = actions.detach().cpu().numpy() if isinstance(actions, Tensor) else np.asarray(actions)
-        if acts.shape != (self.num_envs,):
-            raise ValueError(f"actions: expected shape ({self.num_envs},), got {tuple(acts.shape)}")
+        acts = self._actions(actions)
         for env, idx in zip(self._envs, self._index, strict=True):
             env.act(acts[idx].astype(np.int32))
         reward, done = self._observe()  # gym3: `first` marks the first observation of a new episode
@@ -172,13 +170,7 @@ class ProcgenVecEnv(VecEnv):
         ep_return = np.where(done, self._returns, np.nan).astype(np.float32)
         ep_length = np.where(done, self._lengths, 0).astype(np.int64)
         self._returns[done], self._lengths[done] = 0.0, 0
-        return StepResult(
-            torch.from_numpy(self._obs.copy()),
-            torch.from_numpy(reward),
-            torch.from_numpy(done),
-            torch.from_numpy(ep_return),
-            torch.from_numpy(ep_length),
-        )
+        return StepResult.from_numpy(self._obs, reward, done, ep_return, ep_length)
 
     def state_dict(self) -> dict[str, Any]:
         if not self._envs:
