@@ -1,5 +1,6 @@
 """The fused CPU SRWM kernel against the per-step reference and the PyTorch fast path: fp64 outputs, final
-state and gradients (odd lengths, chunk boundaries, a wide y block, carried state), gradcheck, float32.
+state and gradients (odd lengths, chunk boundaries, a wide y block, carried state), the read-only stream
+of ``srwm_with_reads``, gradcheck, float32.
 Skipped when the kernel cannot be built here (no compiler)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import torch
 
 from fastweights.ops import srwm_cpu, srwm_reference
 from fastweights.ops.srwm import srwm_num_columns
+from fastweights.ops.srwm_autograd import _SRWMFunction
 
 pytestmark = pytest.mark.skipif(not srwm_cpu.available(), reason="the fused CPU SRWM kernel did not build")
 
@@ -21,6 +23,12 @@ def _case(b, t, h, e, d_out=None, dtype=torch.float64, seed=0):
     return x, w0
 
 
+def _fused(x, w0):
+    y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0)
+    assert y_read is None
+    return y, w
+
+
 def _reference(x, w0, d_out):
     # the reference takes slow weights [H, E, C] and a per-sequence initial state (which it starts from)
     zero = torch.zeros_like(w0[0])
@@ -30,7 +38,7 @@ def _reference(x, w0, d_out):
 @pytest.mark.parametrize(("t", "d_out"), [(1, None), (7, None), (65, None), (130, None), (9, 13)])
 def test_fused_cpu_equals_the_reference_fp64(t, d_out):
     x, w0 = _case(2, t, 3, 4, d_out)
-    y, w = srwm_cpu.srwm_fused_cpu(x, w0)
+    y, w = _fused(x, w0)
     y_ref, w_ref = _reference(x, w0, d_out)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(w, w_ref, rtol=1e-10, atol=1e-10)
@@ -45,9 +53,9 @@ def test_fused_cpu_equals_the_reference_fp64(t, d_out):
 
 def test_carried_state_equals_one_call():
     x, w0 = _case(2, 11, 2, 4)
-    y, w = srwm_cpu.srwm_fused_cpu(x, w0)
-    y1, w1 = srwm_cpu.srwm_fused_cpu(x[:, :5], w0)
-    y2, w2 = srwm_cpu.srwm_fused_cpu(x[:, 5:], w1)
+    y, w = _fused(x, w0)
+    y1, w1 = _fused(x[:, :5], w0)
+    y2, w2 = _fused(x[:, 5:], w1)
     torch.testing.assert_close(torch.cat([y1, y2], 1), y, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(w2, w, rtol=1e-12, atol=1e-12)
     # gradients flow through the carried state as through one call
@@ -59,12 +67,12 @@ def test_carried_state_equals_one_call():
 
 def test_gradcheck_tiny_fp64():
     x, w0 = _case(1, 4, 2, 3)
-    assert torch.autograd.gradcheck(srwm_cpu.srwm_fused_cpu, (x, w0))
+    assert torch.autograd.gradcheck(_fused, (x, w0))
 
 
 def test_float32_matches_the_reference():
     x, w0 = _case(2, 33, 2, 8, dtype=torch.float32)
-    y, w = srwm_cpu.srwm_fused_cpu(x, w0)
+    y, w = _fused(x, w0)
     y_ref, w_ref = _reference(x, w0, None)
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
@@ -95,3 +103,67 @@ def test_opt_in_dispatch_from_the_public_op_and_the_layer(monkeypatch):
     layer = SRWMLayer(16, 4).double()
     out, _ = layer(torch.randn(2, 5, 16, dtype=torch.float64))
     assert calls == [1, 1] and out.shape == (2, 5, 16)
+
+
+def _fast_path_with_reads(x, x_read, w0):
+    # the PyTorch fast path (proven equal to the reference by tests/ops/test_srwm*.py), kernel bypassed
+    return _SRWMFunction.apply(x, x_read, w0)
+
+
+@pytest.mark.parametrize(("t", "e", "d_out"), [(1, 4, None), (8, 5, None), (67, 4, None), (9, 3, 21)])
+def test_read_stream_equals_the_fast_path_fp64(t, e, d_out):
+    x, w0 = _case(2, t, 3, e, d_out)
+    x_read = torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=x.dtype).requires_grad_()
+    y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0, x_read)
+    y_f, y_read_f, w_f = _fast_path_with_reads(x, x_read, w0)
+    for a, b in ((y, y_f), (y_read, y_read_f), (w, w_f)):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+    g = torch.Generator().manual_seed(3)
+    gy, gr, gw = (torch.randn(v.shape, generator=g, dtype=v.dtype) for v in (y, y_read, w))
+    loss = (y * gy).sum() + (y_read * gr).sum() + (w * gw).sum()
+    loss_f = (y_f * gy).sum() + (y_read_f * gr).sum() + (w_f * gw).sum()
+    grads = torch.autograd.grad(loss, (x, x_read, w0))
+    grads_f = torch.autograd.grad(loss_f, (x, x_read, w0))
+    for a, b in zip(grads, grads_f, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_read_stream_gradient_only_through_y_read_and_carried_state():
+    x, w0 = _case(1, 6, 2, 3)
+    x_read = torch.randn(x.shape, dtype=x.dtype).requires_grad_()
+    y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0, x_read)
+    grads = torch.autograd.grad(y_read.sum(), (x, x_read, w0))
+    y_f, y_read_f, _ = _fast_path_with_reads(x, x_read, w0)
+    grads_f = torch.autograd.grad(y_read_f.sum(), (x, x_read, w0))
+    for a, b in zip(grads, grads_f, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    # two calls carrying the state equal one call
+    y1, r1, w1 = srwm_cpu.srwm_fused_cpu(x[:, :4], w0, x_read[:, :4])
+    y2, r2, w2 = srwm_cpu.srwm_fused_cpu(x[:, 4:], w1, x_read[:, 4:])
+    torch.testing.assert_close(torch.cat([r1, r2], 1), y_read, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w2, w, rtol=1e-12, atol=1e-12)
+
+
+def test_gradcheck_tiny_fp64_with_reads():
+    x, w0 = _case(1, 3, 2, 3)
+    x_read = torch.randn(x.shape, dtype=x.dtype).requires_grad_()
+    assert torch.autograd.gradcheck(srwm_cpu.srwm_fused_cpu, (x, w0, x_read))
+
+
+def test_opt_in_dispatch_of_srwm_with_reads(monkeypatch):
+    from fastweights.ops import srwm_cpu as kernel
+    from fastweights.ops.srwm import srwm_with_reads
+
+    x, w0 = _case(2, 7, 2, 4)
+    weight = w0[0].detach()
+    x_read = torch.randn(x.shape, dtype=x.dtype)
+    calls = []
+    real = kernel.srwm_fused_cpu
+    monkeypatch.setattr(kernel, "srwm_fused_cpu", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setenv("FASTWEIGHTS_CPU_KERNEL", "0")
+    ref = srwm_with_reads(x, x_read, weight)
+    monkeypatch.setenv("FASTWEIGHTS_CPU_KERNEL", "1")
+    out = srwm_with_reads(x, x_read, weight)
+    assert calls == [1]
+    for a, b in zip(out, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -158,12 +158,10 @@ def srwm_fast_path(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor
     Returns:
         ``(y [B, T, H, d_out], y_read or None, final fast weights [B, H, E, C])``.
 
-    With ``FASTWEIGHTS_CPU_KERNEL=1``, CPU float32/float64 inputs without ``x_read`` go to the fused C++
-    kernel (:mod:`fastweights.ops.srwm_cpu`; same math and saved vectors).
+    With ``FASTWEIGHTS_CPU_KERNEL=1``, CPU float32/float64 inputs go to the fused C++ kernel
+    (:mod:`fastweights.ops.srwm_cpu`; same math and saved vectors).
     """
-    if x_read is None and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        if srwm_cpu.enabled():
-            y, w = srwm_cpu.srwm_fused_cpu(x, w0)
-            return y, None, w
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and srwm_cpu.enabled():
+        return srwm_cpu.srwm_fused_cpu(x, w0, x_read)
     y, y_read, w = _SRWMFunction.apply(x, x_read, w0)
     return y, (y_read if x_read is not None else None), w

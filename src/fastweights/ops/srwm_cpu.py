@@ -5,11 +5,12 @@ matrix at a time, parallel over batch × heads (``at::parallel_for``, torch's in
 Built on first use with ``torch.utils.cpp_extension.load`` (a C++ compiler and ninja are needed; the
 build is cached in torch's extension folder). When it cannot be built, one line is logged and
 :func:`available` returns ``False``. ``FASTWEIGHTS_CPU_KERNEL=1`` makes :func:`fastweights.ops.srwm`
-(and every SRWM layer) use it for CPU float32/float64 inputs without a read stream; ``0`` turns it off
+(and every SRWM layer) use it for CPU float32/float64 inputs; ``0`` turns it off
 entirely. It is opt-in for now: torch's build lock waits forever if a process is killed mid-build, which
 the run-safety rules of this project do not allow for a default path. Same math, layout and saved
 per-step vectors as the PyTorch fast path (see
-:mod:`fastweights.ops.srwm` for the equations); float32 and float64; no read-only stream.
+:mod:`fastweights.ops.srwm` for the equations); float32 and float64; with or without the read-only
+stream of :func:`fastweights.ops.srwm_with_reads`.
 
 Measured 3.3x faster than the fast path at B=8 H=8 E=32 T=1024, fp32, 2 threads
 (benchmarks/srwm_cpu_kernel.py).
@@ -89,37 +90,57 @@ def enabled() -> bool:
 
 class _FusedSRWM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Tensor, w0: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         b, steps, h, e = x.shape
         c = w0.shape[-1]
         o = c - 2 * e - 4
-        xn = x.permute(0, 2, 1, 3).reshape(b * h, steps, e)
-        y, act, diff, w = _load().srwm_forward(xn, w0.reshape(b * h, e, c), o)
-        ctx.save_for_backward(xn, act, diff, w)
+        xn = _sequence_major(x)
+        xrn = _sequence_major(x_read) if x_read is not None else xn.new_empty(0)
+        y, y_read, act, diff, w = _load().srwm_forward(xn, xrn, w0.reshape(b * h, e, c), o)
+        ctx.save_for_backward(xn, xrn, act, diff, w)
         ctx.shape = (b, steps, h, e, c, o)
-        return y.view(b, h, steps, o).transpose(1, 2), w.view(b, h, e, c).clone()  # w is saved
+        if x_read is None:
+            ctx.mark_non_differentiable(y_read)
+        else:
+            y_read = y_read.view(b, h, steps, o).transpose(1, 2)
+        return y.view(b, h, steps, o).transpose(1, 2), y_read, w.view(b, h, e, c).clone()  # w is saved
 
     @staticmethod
-    def backward(ctx: Any, g_y: Tensor | None, g_w: Tensor | None) -> tuple[Tensor, Tensor]:
-        xn, act, diff, w = ctx.saved_tensors
+    def backward(
+        ctx: Any, g_y: Tensor | None, g_y_read: Tensor | None, g_w: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, Tensor]:
+        xn, xrn, act, diff, w = ctx.saved_tensors
         b, steps, h, e, c, o = ctx.shape
-        gy = (
-            g_y.permute(0, 2, 1, 3).reshape(b * h, steps, o)
-            if g_y is not None
-            else xn.new_zeros(b * h, steps, o)
-        )
-        gw = g_w.reshape(b * h, e, c) if g_w is not None else torch.zeros_like(w)
-        g_x, g_w0 = _load().srwm_backward(xn, act, diff, w, gy.to(xn.dtype), gw.to(xn.dtype))
-        return g_x.view(b, h, steps, e).transpose(1, 2), g_w0.view(b, h, e, c)
+        read = xrn.numel() > 0
+
+        def grad_out(g: Tensor | None) -> Tensor:
+            return _sequence_major(g).to(xn.dtype) if g is not None else xn.new_zeros(b * h, steps, o)
+
+        gyr = grad_out(g_y_read) if read else xn.new_empty(0)
+        gw = g_w.reshape(b * h, e, c).to(xn.dtype) if g_w is not None else torch.zeros_like(w)
+        g_x, g_xr, g_w0 = _load().srwm_backward(xn, xrn, act, diff, w, grad_out(g_y), gyr, gw)
+        g_x_read = g_xr.view(b, h, steps, e).transpose(1, 2) if read else None
+        return g_x.view(b, h, steps, e).transpose(1, 2), g_x_read, g_w0.view(b, h, e, c)
 
 
-def srwm_fused_cpu(x: Tensor, w0: Tensor) -> tuple[Tensor, Tensor]:
-    """``x [B, T, H, E]``, ``w0 [B, H, E, C]`` (CPU, float32/float64, validated by the public ops) →
-    ``(y [B, T, H, d_out], final fast weights [B, H, E, C])``, differentiable in both.
+def _sequence_major(t: Tensor) -> Tensor:
+    """``[B, T, H, D]`` → contiguous ``[B·H, T, D]`` (one row of sequences per (batch, head))."""
+    b, steps, h, d = t.shape
+    return t.permute(0, 2, 1, 3).reshape(b * h, steps, d)
+
+
+def srwm_fused_cpu(
+    x: Tensor, w0: Tensor, x_read: Tensor | None = None
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    """``x [B, T, H, E]``, ``w0 [B, H, E, C]``, optional read-only stream ``x_read [B, T, H, E]`` (CPU,
+    float32/float64, one dtype, validated by the public ops) → ``(y [B, T, H, d_out], y_read
+    [B, T, H, d_out] or None, final fast weights [B, H, E, C])``, differentiable in every input;
+    ``y_read_t = x_read_t W^y_{t-1}`` as in :func:`fastweights.ops.srwm_with_reads`.
 
     Raises:
         RuntimeError: when the kernel is not available (check :func:`available` first).
     """
     if _load() is None:
         raise RuntimeError("the fused CPU SRWM kernel is not available (see the log for why)")
-    return _FusedSRWM.apply(x, w0)
+    y, y_read, w = _FusedSRWM.apply(x, x_read, w0)
+    return y, (y_read if x_read is not None else None), w

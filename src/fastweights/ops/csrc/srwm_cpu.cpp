@@ -5,8 +5,8 @@
 // Layout: x [N, T, E], w0 / w [N, E, C] (C = O + 2E + 4 columns y | q | k | beta), y [N, T, O],
 // act [N, T, 2E + 4] (q | k after softmax, beta after sigmoid), diff [N, T, C] (d_t = (q_t - k_t) W_{t-1}).
 //
-// Inside, each matrix lives in a 32-byte aligned copy whose rows are padded with zero columns to a whole
-// number of SIMD vectors (GCC/Clang vector extensions: 8 floats or 4 doubles), so every sweep is whole
+// Inside, each matrix lives in an aligned copy whose rows are padded with zero columns to a whole number
+// of SIMD vectors (GCC/Clang vector extensions: 64 bytes with AVX-512, else 32), so every sweep is whole
 // vectors. The forward's two sweeps per step are column-blocked (the block's accumulators stay in
 // registers over the rows); the backward's sweeps are row-major (two rows at a time in the fused sweep).
 // float32 uses a vectorised exp (degree-6 polynomial, ~1 ulp); float64 uses std::exp.
@@ -21,27 +21,34 @@
 
 namespace {
 
+// One SIMD register: 64 bytes with AVX-512, else 32 (AVX2; elsewhere the compiler splits or emulates).
+#ifdef __AVX512F__
+constexpr int kBytes = 64;
+#else
+constexpr int kBytes = 32;
+#endif
+
 template <typename T>
 struct Simd;
 template <>
 struct Simd<float> {
-  typedef float v __attribute__((vector_size(32), __may_alias__));
-  typedef int iv __attribute__((vector_size(32), __may_alias__));
-  static constexpr int64_t L = 8;
+  typedef float v __attribute__((vector_size(kBytes), __may_alias__));
+  typedef int iv __attribute__((vector_size(kBytes), __may_alias__));
+  static constexpr int64_t L = kBytes / 4;
 };
 template <>
 struct Simd<double> {
-  typedef double v __attribute__((vector_size(32), __may_alias__));
-  static constexpr int64_t L = 4;
+  typedef double v __attribute__((vector_size(kBytes), __may_alias__));
+  static constexpr int64_t L = kBytes / 8;
 };
 
-// A zero-filled, 32-byte aligned scratch array.
+// A zero-filled scratch array aligned to one SIMD register.
 template <typename T>
 struct Buf {
   T* p;
   explicit Buf(int64_t n) {
-    const size_t bytes = ((static_cast<size_t>(n) * sizeof(T) + 31) / 32) * 32 + 32;
-    p = static_cast<T*>(std::aligned_alloc(32, bytes));
+    const size_t bytes = ((static_cast<size_t>(n) * sizeof(T) + kBytes - 1) / kBytes) * kBytes + kBytes;
+    p = static_cast<T*>(std::aligned_alloc(kBytes, bytes));
     TORCH_CHECK(p != nullptr, "srwm_cpu: out of memory");
     std::memset(p, 0, bytes);
   }
@@ -63,10 +70,10 @@ inline T hsum(typename Simd<T>::v a) {
 }
 
 // exp of x <= 0 (softmax after subtracting the max): float32 vectorised, float64 scalar std::exp.
-inline void exp_nonpositive(float* v, int64_t n) {  // n a multiple of 8, v aligned
+inline void exp_nonpositive(float* v, int64_t n) {  // n a whole number of vectors, v aligned
   typedef Simd<float>::v vf;
   typedef Simd<float>::iv vi;
-  for (int64_t i = 0; i < n; i += 8) {
+  for (int64_t i = 0; i < n; i += Simd<float>::L) {
     vf x = V(v + i);
     x = x < -87.0f ? vf{} - 87.0f : x;
     const vf z = x * 1.44269504088896341f - 0.5f;  // round(x log2 e) for x <= 0
@@ -139,16 +146,18 @@ inline void sweep_diff(const T* __restrict__ w, int64_t P, int64_t e, const T* _
   }
 }
 
-// W[i][j] += k[i] u[j], fused with the next projection p[j] = sum_i xn[i] W[i][j] (xn may be null).
-template <typename T, int NB>
+// W[i][j] += k[i] u[j], fused with the next projection p[j] = sum_i xn[i] W[i][j] (xn may be null) and,
+// when READ, the next read pr[j] = sum_i xr[i] W[i][j] (callers use its y columns only).
+template <typename T, int NB, bool READ>
 inline void sweep_update(T* __restrict__ w, int64_t P, int64_t e, const T* __restrict__ k,
-                         const T* __restrict__ u, const T* __restrict__ xn, T* __restrict__ p, int64_t j0) {
+                         const T* __restrict__ u, const T* __restrict__ xn, T* __restrict__ p,
+                         const T* __restrict__ xr, T* __restrict__ pr, int64_t j0) {
   typedef typename Simd<T>::v vt;
   constexpr int64_t L = Simd<T>::L;
-  vt ub[NB], a0[NB], a1[NB];
+  vt ub[NB], a0[NB], a1[NB], ar[NB];
   for (int b = 0; b < NB; ++b) {
     ub[b] = *reinterpret_cast<const vt*>(u + j0 + b * L);
-    a0[b] = a1[b] = vt{};
+    a0[b] = a1[b] = ar[b] = vt{};
   }
   int64_t i = 0;
   for (; i + 1 < e; i += 2) {
@@ -162,6 +171,7 @@ inline void sweep_update(T* __restrict__ w, int64_t P, int64_t e, const T* __res
       V(r1 + b * L) = v1;
       a0[b] += x0 * v0;
       a1[b] += x1 * v1;
+      if (READ) ar[b] += xr[i] * v0 + xr[i + 1] * v1;
     }
   }
   if (i < e) {
@@ -171,9 +181,13 @@ inline void sweep_update(T* __restrict__ w, int64_t P, int64_t e, const T* __res
       const vt v0 = V(r0 + b * L) + k[i] * ub[b];
       V(r0 + b * L) = v0;
       a0[b] += x0 * v0;
+      if (READ) ar[b] += xr[i] * v0;
     }
   }
-  for (int b = 0; b < NB; ++b) V(p + j0 + b * L) = a0[b] + a1[b];
+  for (int b = 0; b < NB; ++b) {
+    V(p + j0 + b * L) = a0[b] + a1[b];
+    if (READ) V(pr + j0 + b * L) = ar[b];
+  }
 }
 
 // Runs f.template operator()<NB>(j0) over the nv vectors of a row: blocks of 4 vectors, then the rest.
@@ -189,12 +203,12 @@ inline void over_blocks(int64_t nv, int64_t L, F&& f) {
   }
 }
 
-// p = x W over all columns (the first step's projection).
+// p = x W over the first n columns (the first step's projection).
 template <typename T>
-void project(const T* w, int64_t P, int64_t e, const T* x, T* p) {
-  for (int64_t j = 0; j < P; ++j) p[j] = 0;
+void project(const T* w, int64_t P, int64_t e, const T* x, T* p, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) p[j] = 0;
   for (int64_t i = 0; i < e; ++i)
-    for (int64_t j = 0; j < P; ++j) p[j] += x[i] * w[i * P + j];
+    for (int64_t j = 0; j < n; ++j) p[j] += x[i] * w[i * P + j];
 }
 
 template <typename T>
@@ -206,22 +220,29 @@ void store_unpadded(const T* src, T* dst, int64_t e, int64_t c, int64_t P) {
   for (int64_t i = 0; i < e; ++i) std::memcpy(dst + i * c, src + i * P, c * sizeof(T));
 }
 
+// xr / yr: the read-only stream (y_read_t = xr_t W^y_{t-1}), or null.
 template <typename T>
-void forward_one(const T* __restrict__ x, T* __restrict__ w_io, T* __restrict__ y, T* __restrict__ act,
-                 T* __restrict__ diff, int64_t steps, int64_t e, int64_t c, int64_t o) {
+void forward_one(const T* __restrict__ x, const T* __restrict__ xr, T* __restrict__ w_io, T* __restrict__ y,
+                 T* __restrict__ yr, T* __restrict__ act, T* __restrict__ diff, int64_t steps, int64_t e,
+                 int64_t c, int64_t o) {
   constexpr int64_t L = Simd<T>::L;
   const int64_t P = (c + L - 1) / L * L, nv = P / L, na = 2 * e + 4;
-  Buf<T> wb(e * P), pb(P), db(P), ub(P), rb(P), qb(e), tb(e + L);
+  const int64_t nvr = (o + L - 1) / L;  // vectors holding the y columns
+  Buf<T> wb(e * P), pb(P), prb(P), db(P), ub(P), rb(P), qb(e), tb(e + L);
   T* w = wb.p;
   T* p = pb.p;
+  T* pr = prb.p;
   T* d = db.p;
   T* u = ub.p;
   T* rate = rb.p;
   T* qmk = qb.p;
   load_padded(w_io, w, e, c, P);
-  project(w, P, e, x, p);
+  project(w, P, e, x, p, P);
+  if (xr) project(w, P, e, xr, pr, o);
   for (int64_t t = 0; t < steps; ++t) {
     for (int64_t j = 0; j < o; ++j) y[t * o + j] = p[j];
+    if (xr)
+      for (int64_t j = 0; j < o; ++j) yr[t * o + j] = pr[j];
     T* a = act + t * na;
     softmax(p + o, a, tb.p, e);
     softmax(p + o + e, a + e, tb.p, e);
@@ -230,10 +251,38 @@ void forward_one(const T* __restrict__ x, T* __restrict__ w_io, T* __restrict__ 
     column_rates(a + 2 * e, rate, o, e, c);
     over_blocks(nv, L, [&](auto nb, int64_t j0) { sweep_diff<T, decltype(nb)::value>(w, P, e, qmk, d, u, rate, j0); });
     std::memcpy(diff + t * c, d, c * sizeof(T));
-    const T* xn = t + 1 < steps ? x + (t + 1) * e : nullptr;
-    over_blocks(nv, L, [&](auto nb, int64_t j0) { sweep_update<T, decltype(nb)::value>(w, P, e, a + e, u, xn, p, j0); });
+    const bool next = t + 1 < steps;
+    const T* xn = next ? x + (t + 1) * e : nullptr;
+    const T* xrn = xr && next ? xr + (t + 1) * e : nullptr;
+    over_blocks(nv, L, [&](auto nb, int64_t j0) {
+      constexpr int NB = decltype(nb)::value;
+      if (xrn && j0 < nvr * L)
+        sweep_update<T, NB, true>(w, P, e, a + e, u, xn, p, xrn, pr, j0);
+      else
+        sweep_update<T, NB, false>(w, P, e, a + e, u, xn, p, nullptr, nullptr, j0);
+    });
   }
   store_unpadded(w, w_io, e, c, P);
+}
+
+// The read stream's part of a backward row (its y columns: the first nvr vectors): g_xr[i] += g_yr . W[i]
+// and G[i] += xr[i] g_yr, before the row's own update.
+template <typename T, int R>
+inline void read_rows(const T* __restrict__ w, T* __restrict__ g, int64_t P, int64_t nvr, int64_t i,
+                      const T* __restrict__ gyr, const T* __restrict__ xr, T* __restrict__ gxr) {
+  typedef typename Simd<T>::v vt;
+  constexpr int64_t L = Simd<T>::L;
+  vt s[R];
+  for (int r = 0; r < R; ++r) s[r] = vt{};
+  for (int64_t v = 0; v < nvr; ++v) {
+    const vt gj = *reinterpret_cast<const vt*>(gyr + v * L);
+    for (int r = 0; r < R; ++r) {
+      s[r] += gj * *reinterpret_cast<const vt*>(w + (i + r) * P + v * L);
+      T* gr = g + (i + r) * P + v * L;
+      V(gr) = V(gr) + xr[i + r] * gj;
+    }
+  }
+  for (int r = 0; r < R; ++r) gxr[i + r] = hsum<T>(s[r]);
 }
 
 // One or two rows of the backward's fused sweep (R rows from row i): g_x[i] = g_proj . W_{t-1}[i];
@@ -303,14 +352,17 @@ void undo_all(T* w, const T* g, int64_t P, int64_t e, const T* u, const T* k, T*
   }
 }
 
+// xr / gyr / gxr: the read-only stream, its output gradient and its input gradient, or null.
 template <typename T>
-void backward_one(const T* __restrict__ x, const T* __restrict__ act, const T* __restrict__ diff,
-                  const T* __restrict__ w_final, const T* __restrict__ g_w, T* __restrict__ g_out,
-                  const T* __restrict__ gy, T* __restrict__ gx, int64_t steps, int64_t e, int64_t c, int64_t o) {
+void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __restrict__ act,
+                  const T* __restrict__ diff, const T* __restrict__ w_final, const T* __restrict__ g_w,
+                  T* __restrict__ g_out, const T* __restrict__ gy, const T* __restrict__ gyr, T* __restrict__ gx,
+                  T* __restrict__ gxr, int64_t steps, int64_t e, int64_t c, int64_t o) {
   typedef typename Simd<T>::v vt;
   constexpr int64_t L = Simd<T>::L;
-  const int64_t P = (c + L - 1) / L * L, nv = P / L, na = 2 * e + 4;
-  Buf<T> wb(e * P), gb(e * P), ub(P), gub(P), gdb(P), gpb(P), rb(P), dpb(P), gkb(e), gqb(e), qb(e), sxb(e);
+  const int64_t P = (c + L - 1) / L * L, nv = P / L, na = 2 * e + 4, nvr = (o + L - 1) / L;
+  Buf<T> wb(e * P), gb(e * P), ub(P), gub(P), gdb(P), gpb(P), rb(P), dpb(P), gyrb(P), gkb(e), gqb(e), qb(e);
+  T* gyr_pad = gyrb.p;
   T* w = wb.p;
   T* g = gb.p;
   T* u = ub.p;
@@ -377,6 +429,14 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ act, const T* _
     const T* kp = prev ? act + (t - 1) * na + e : nullptr;
     const T* xt = x + t * e;
     T* gxt = gx + t * e;
+    if (xr) {  // before the fused sweep undoes W_{t-1}
+      std::memcpy(gyr_pad, gyr + t * o, o * sizeof(T));
+      const T* xrt = xr + t * e;
+      T* gxrt = gxr + t * e;
+      int64_t i = 0;
+      for (; i + 1 < e; i += 2) read_rows<T, 2>(w, g, P, nvr, i, gyr_pad, xrt, gxrt);
+      if (i < e) read_rows<T, 1>(w, g, P, nvr, i, gyr_pad, xrt, gxrt);
+    }
     int64_t i = 0;
     for (; i + 1 < e; i += 2) fused_rows<T, 2>(w, g, P, nv, i, gproj, gd, u, gu, qmk, xt, kp, gxt, gk);
     if (i < e) fused_rows<T, 1>(w, g, P, nv, i, gproj, gd, u, gu, qmk, xt, kp, gxt, gk);
@@ -384,57 +444,78 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ act, const T* _
   store_unpadded(g, g_out, e, c, P);
 }
 
-std::vector<torch::Tensor> srwm_forward(torch::Tensor x, torch::Tensor w0, int64_t o) {
+// x [N, T, E], x_read [N, T, E] or empty (no read stream), w0 [N, E, C] -> {y, y_read (empty if none),
+// act, diff, w_final}.
+std::vector<torch::Tensor> srwm_forward(torch::Tensor x, torch::Tensor x_read, torch::Tensor w0, int64_t o) {
   TORCH_CHECK(x.dim() == 3 && w0.dim() == 3, "srwm_forward: x [N, T, E], w0 [N, E, C]");
+  const bool read = x_read.numel() > 0;
+  TORCH_CHECK(!read || x_read.sizes() == x.sizes(), "srwm_forward: x_read must match x");
   x = x.contiguous();
+  x_read = x_read.contiguous();
   auto w = w0.contiguous().clone();
   const int64_t n = x.size(0), steps = x.size(1), e = x.size(2), c = w.size(2);
   auto y = torch::empty({n, steps, o}, x.options());
+  auto y_read = read ? torch::empty({n, steps, o}, x.options()) : torch::empty({0}, x.options());
   auto act = torch::empty({n, steps, 2 * e + 4}, x.options());
   auto diff = torch::empty({n, steps, c}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "srwm_forward", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* xrp = read ? x_read.data_ptr<scalar_t>() : nullptr;
     scalar_t* wp = w.data_ptr<scalar_t>();
     scalar_t* yp = y.data_ptr<scalar_t>();
+    scalar_t* yrp = read ? y_read.data_ptr<scalar_t>() : nullptr;
     scalar_t* ap = act.data_ptr<scalar_t>();
     scalar_t* dp = diff.data_ptr<scalar_t>();
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
-        forward_one<scalar_t>(xp + i * steps * e, wp + i * e * c, yp + i * steps * o, ap + i * steps * (2 * e + 4),
-                              dp + i * steps * c, steps, e, c, o);
+        forward_one<scalar_t>(xp + i * steps * e, read ? xrp + i * steps * e : nullptr, wp + i * e * c,
+                              yp + i * steps * o, read ? yrp + i * steps * o : nullptr,
+                              ap + i * steps * (2 * e + 4), dp + i * steps * c, steps, e, c, o);
     });
   });
-  return {y, act, diff, w};
+  return {y, y_read, act, diff, w};
 }
 
-std::vector<torch::Tensor> srwm_backward(torch::Tensor x, torch::Tensor act, torch::Tensor diff,
-                                         torch::Tensor w_final, torch::Tensor g_y, torch::Tensor g_w) {
+// -> {g_x, g_x_read (empty without a read stream), g_w0}; g_y_read is empty without a read stream.
+std::vector<torch::Tensor> srwm_backward(torch::Tensor x, torch::Tensor x_read, torch::Tensor act,
+                                         torch::Tensor diff, torch::Tensor w_final, torch::Tensor g_y,
+                                         torch::Tensor g_y_read, torch::Tensor g_w) {
+  const bool read = x_read.numel() > 0;
   x = x.contiguous();
+  x_read = x_read.contiguous();
   act = act.contiguous();
   diff = diff.contiguous();
   g_y = g_y.contiguous();
+  g_y_read = g_y_read.contiguous();
   w_final = w_final.contiguous();
   g_w = g_w.contiguous();
   const int64_t n = x.size(0), steps = x.size(1), e = x.size(2), c = w_final.size(2), o = g_y.size(2);
+  TORCH_CHECK(!read || g_y_read.sizes() == g_y.sizes(), "srwm_backward: g_y_read must match g_y");
   auto g_x = torch::empty_like(x);
+  auto g_x_read = read ? torch::empty_like(x) : torch::empty({0}, x.options());
   auto g_w0 = torch::empty_like(g_w);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "srwm_backward", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* xrp = read ? x_read.data_ptr<scalar_t>() : nullptr;
     const scalar_t* ap = act.data_ptr<scalar_t>();
     const scalar_t* dp = diff.data_ptr<scalar_t>();
     const scalar_t* gyp = g_y.data_ptr<scalar_t>();
+    const scalar_t* gyrp = read ? g_y_read.data_ptr<scalar_t>() : nullptr;
     const scalar_t* wp = w_final.data_ptr<scalar_t>();
     const scalar_t* gwp = g_w.data_ptr<scalar_t>();
     scalar_t* gp = g_w0.data_ptr<scalar_t>();
     scalar_t* gxp = g_x.data_ptr<scalar_t>();
+    scalar_t* gxrp = read ? g_x_read.data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
-        backward_one<scalar_t>(xp + i * steps * e, ap + i * steps * (2 * e + 4), dp + i * steps * c,
-                               wp + i * e * c, gwp + i * e * c, gp + i * e * c, gyp + i * steps * o,
-                               gxp + i * steps * e, steps, e, c, o);
+        backward_one<scalar_t>(xp + i * steps * e, read ? xrp + i * steps * e : nullptr,
+                               ap + i * steps * (2 * e + 4), dp + i * steps * c, wp + i * e * c,
+                               gwp + i * e * c, gp + i * e * c, gyp + i * steps * o,
+                               read ? gyrp + i * steps * o : nullptr, gxp + i * steps * e,
+                               read ? gxrp + i * steps * e : nullptr, steps, e, c, o);
     });
   });
-  return {g_x, g_w0};
+  return {g_x, g_x_read, g_w0};
 }
 
 }  // namespace
