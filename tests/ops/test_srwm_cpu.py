@@ -78,7 +78,7 @@ def test_float32_matches_the_reference():
     torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
 
 
-def test_opt_in_dispatch_from_the_public_op_and_the_layer(monkeypatch):
+def test_dispatch_from_the_public_op_and_the_layer(monkeypatch):
     from fastweights.layers import SRWMLayer
     from fastweights.ops import srwm
     from fastweights.ops import srwm_cpu as kernel
@@ -91,7 +91,7 @@ def test_opt_in_dispatch_from_the_public_op_and_the_layer(monkeypatch):
     monkeypatch.setenv("FASTWEIGHTS_CPU_KERNEL", "0")
     y_fast, w_fast = srwm(x, weight, output_final_state=True)
     assert not calls
-    monkeypatch.setenv("FASTWEIGHTS_CPU_KERNEL", "1")
+    monkeypatch.delenv("FASTWEIGHTS_CPU_KERNEL")  # the default
     y, w = srwm(x, weight, output_final_state=True)
     assert calls == [1]
     torch.testing.assert_close(y, y_fast, rtol=1e-12, atol=1e-12)
@@ -150,7 +150,7 @@ def test_gradcheck_tiny_fp64_with_reads():
     assert torch.autograd.gradcheck(srwm_cpu.srwm_fused_cpu, (x, w0, x_read))
 
 
-def test_opt_in_dispatch_of_srwm_with_reads(monkeypatch):
+def test_dispatch_of_srwm_with_reads(monkeypatch):
     from fastweights.ops import srwm_cpu as kernel
     from fastweights.ops.srwm import srwm_with_reads
 
@@ -167,3 +167,47 @@ def test_opt_in_dispatch_of_srwm_with_reads(monkeypatch):
     assert calls == [1]
     for a, b in zip(out, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_killed_builds_lock_is_removed(caplog):
+    # torch's builder leaves its baton file behind when killed mid-build and then waits for it forever;
+    # under the OS lock, a build removes it (the kernel is built here already: ninja has nothing to do)
+    folder = srwm_cpu._build_directory(srwm_cpu._build_name())
+    baton = folder / "lock"
+    baton.write_text("")
+    with caplog.at_level("INFO", logger="fastweights.ops.srwm_cpu"):
+        module = srwm_cpu._build()
+    assert not baton.exists() and hasattr(module, "srwm_forward")
+    assert "stale build lock" in caplog.text
+
+
+def test_a_failed_build_falls_back_to_the_fast_path_with_one_log_line(monkeypatch, caplog):
+    from fastweights.ops import srwm
+
+    def no_compiler():
+        raise RuntimeError("Ninja is required to load C++ extensions\nmore detail")
+
+    monkeypatch.setattr(srwm_cpu, "_state", {})
+    monkeypatch.setattr(srwm_cpu, "_build", no_compiler)
+    with caplog.at_level("WARNING", logger="fastweights.ops.srwm_cpu"):
+        assert not srwm_cpu.available() and not srwm_cpu.enabled()
+        x, w0 = _case(1, 5, 2, 3)
+        y, _ = srwm(x, w0[0], output_final_state=True)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "fused CPU SRWM kernel unavailable (Ninja is required to load C++ extensions); "
+        "using the PyTorch fast path"
+    ]
+    assert y.shape == (1, 5, 2, 3)
+    with pytest.raises(RuntimeError, match="not available"):
+        srwm_cpu.srwm_fused_cpu(x, w0)
+
+
+def test_an_empty_sequence_keeps_the_state():
+    x, w0 = _case(2, 0, 2, 3)
+    x_read = torch.randn(x.shape, dtype=x.dtype).requires_grad_()
+    y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0, x_read)
+    assert y.shape == (2, 0, 2, 3) and y_read.shape == (2, 0, 2, 3)
+    torch.testing.assert_close(w, w0, rtol=0, atol=0)
+    (g,) = torch.autograd.grad(w.square().sum(), (w0,))
+    torch.testing.assert_close(g, 2 * w0, rtol=0, atol=0)

@@ -158,8 +158,8 @@ def srwm_fast_path(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor
     Returns:
         ``(y [B, T, H, d_out], y_read or None, final fast weights [B, H, E, C])``.
 
-    With ``FASTWEIGHTS_CPU_KERNEL=1``, CPU float32/float64 inputs go to the fused C++ kernel
-    (:mod:`fastweights.ops.srwm_cpu`; same math and saved vectors).
+    CPU float32/float64 inputs go to the fused C++ kernel when it builds (:mod:`fastweights.ops.srwm_cpu`;
+    same math and saved vectors; ``FASTWEIGHTS_CPU_KERNEL=0`` keeps them here).
     """
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and srwm_cpu.enabled():
         return srwm_cpu.srwm_fused_cpu(x, w0, x_read)

@@ -228,6 +228,7 @@ void forward_one(const T* __restrict__ x, const T* __restrict__ xr, T* __restric
   constexpr int64_t L = Simd<T>::L;
   const int64_t P = (c + L - 1) / L * L, nv = P / L, na = 2 * e + 4;
   const int64_t nvr = (o + L - 1) / L;  // vectors holding the y columns
+  if (steps == 0) return;  // w_io already holds w0
   Buf<T> wb(e * P), pb(P), prb(P), db(P), ub(P), rb(P), qb(e), tb(e + L);
   T* w = wb.p;
   T* p = pb.p;
@@ -361,6 +362,10 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __
   typedef typename Simd<T>::v vt;
   constexpr int64_t L = Simd<T>::L;
   const int64_t P = (c + L - 1) / L * L, nv = P / L, na = 2 * e + 4, nvr = (o + L - 1) / L;
+  if (steps == 0) {  // no step: dL/dW0 = dL/dW_final
+    std::memcpy(g_out, g_w, e * c * sizeof(T));
+    return;
+  }
   Buf<T> wb(e * P), gb(e * P), ub(P), gub(P), gdb(P), gpb(P), rb(P), dpb(P), gyrb(P), gkb(e), gqb(e), qb(e);
   T* gyr_pad = gyrb.p;
   T* w = wb.p;
