@@ -282,6 +282,16 @@ def _train_or_eval(args: argparse.Namespace, module: Any) -> None:
             overrides=args.overrides,
             force=args.force,
         )
+        from fastweights.train import distributed
+
+        w = distributed.world()
+        if w.distributed:  # every rank has finished; only rank 0 reports and evaluates
+            distributed.barrier(w)
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            if not w.main:
+                return
         print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
         if args.eval:
             print(module.summary(module.evaluate(run_dir, command=eval_command(args.recipe, run_dir))))

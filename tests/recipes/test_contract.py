@@ -105,3 +105,30 @@ def test_compare_vary_runs_the_acl_ablation(tmp_path, capsys):
     capsys.readouterr()
     assert main([*args[:3], "train.nope=1,2", "--preset", "smoke", "--run-root", str(tmp_path / "x")]) == 2
     assert "train.nope" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_has_train_precision(name):
+    from fastweights.recipes.common import loop_settings
+
+    module = get_recipe(name)
+    cfg = load_config(module.CONFIG, preset_path(name, "smoke"), ["train.precision=bf16"])
+    assert cfg.train.precision == "bf16" and loop_settings(cfg.train).precision == "bf16"
+    assert load_config(module.CONFIG, preset_path(name, "smoke")).train.precision == "fp32"
+    with pytest.raises(ValueError, match="precision") as err:
+        load_config(module.CONFIG, preset_path(name, "smoke"), ["train.precision=fp16"])
+    assert "fp16" in str(err.value) and "bf16" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["fewshot", "lm", "rl"])
+def test_a_bf16_smoke_run_trains(tmp_path, name):
+    import json
+
+    from fastweights.cli import main
+
+    data = [] if name == "rl" else [f"data.cache_dir={tmp_path / 'cache'}"]
+    run = tmp_path / "run"
+    args = [name, "train", "--preset", "smoke", "--run-dir", str(run), *data, "train.precision=bf16"]
+    assert main([*args, "train.threads=1"]) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(r["train_loss"] == r["train_loss"] for r in records)  # finite, not NaN

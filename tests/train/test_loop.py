@@ -184,3 +184,36 @@ def test_resume_refuses_a_model_only_checkpoint(tmp_path):
     CheckpointManager(tmp_path / "run").save({"model": {}, "step": 3}, is_best=True)
     with pytest.raises(RunFolderError, match=r"cannot be resumed \(no optimizer"):
         _fit_objective(tmp_path / "run", resume=True)
+
+
+def test_bf16_precision_autocasts_the_step_and_keeps_fp32_weights(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    seen = []
+
+    def step_fn(step):
+        out = model(torch.randn(8, 4))
+        seen.append(out.dtype)
+        return out.float().square().mean(), {}
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    fit(
+        tmp_path / "run",
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        step_fn=step_fn,
+        validate_fn=lambda: {"obj": float(model(torch.ones(1, 4)).dtype == torch.float32)},
+        settings=LoopSettings(max_steps=2, val_every_steps=2, precision="bf16"),
+        objective="obj",
+    )
+    assert seen == [torch.bfloat16, torch.bfloat16]
+    assert model.weight.dtype == torch.float32 and model.weight.grad.dtype == torch.float32
+    record = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["obj"] == 1.0  # validation runs outside autocast
+
+
+def test_loop_settings_name_a_bad_precision():
+    with pytest.raises(ValueError, match=r"train.precision: expected one of \['fp32', 'bf16'\], got 'fp16'"):
+        LoopSettings(max_steps=1, precision="fp16")

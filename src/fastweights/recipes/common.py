@@ -24,8 +24,9 @@ from fastweights.config import (
 )
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.recipes.report import save_evaluation
+from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.loop import LoopSettings, fit, numpy_rng_state, resume_fallback_hint
+from fastweights.train.loop import PRECISIONS, LoopSettings, fit, numpy_rng_state, resume_fallback_hint
 from fastweights.train.run_folder import (
     RunFolderError,
     folder_contents,
@@ -79,6 +80,7 @@ class OptimConfig:
     checkpoint_every_steps: int = 100
     seed: int = 1
     threads: int = 0  # 0 = torch default
+    precision: str = "fp32"  # fp32 | bf16: autocast of the training step (fp32 weights and fast-weight state)
 
     def __post_init__(self) -> None:
         """Check every field (``ValueError`` naming it; the config loader adds the section)."""
@@ -88,6 +90,7 @@ class OptimConfig:
         check_real("adam_eps", self.adam_eps, 0, low_open=True)
         check_betas("adam_betas", self.adam_betas)
         check_choice("schedule", self.schedule, SCHEDULES)
+        check_choice("precision", self.precision, PRECISIONS)
         for name in ("grad_clip", "synthetic_noise", "max_minutes"):
             check_real(name, getattr(self, name), 0)
 
@@ -132,6 +135,7 @@ def loop_settings(o: Any) -> LoopSettings:
         grad_clip=o.grad_clip,
         tensorboard=getattr(o, "tensorboard", False),
         accumulation_steps=getattr(o, "accumulation_steps", 1),
+        precision=o.precision,
     )
 
 
@@ -340,9 +344,14 @@ def run_summary(
 
 @dataclass
 class RecipeRun:
-    """What a recipe's ``train`` needs after :func:`start_run`: the (reloaded) config, the device, the
+    """What a recipe's ``train`` needs after :func:`start_run`: this rank's config, the device, the
     two random streams the loop checkpoints (episode sampling and the synthetic stage) and the data
-    ``load_data`` returned."""
+    ``load_data`` returned.
+
+    Under torchrun ``cfg`` is this rank's share (:func:`fastweights.train.distributed.rank_config`: the
+    batch divided by the ranks, ``train.seed + rank``) and ``saved_cfg`` the config as ``config.yaml``
+    holds it (the global batch); in a single process both are the same object.
+    """
 
     cfg: Any
     run_dir: Path
@@ -351,6 +360,11 @@ class RecipeRun:
     synthetic: torch.Generator
     data: Any = None
     resume: bool = False
+    saved_cfg: Any = None
+
+    def __post_init__(self) -> None:
+        if self.saved_cfg is None:
+            self.saved_cfg = self.cfg
 
 
 def start_run(
@@ -370,31 +384,57 @@ def start_run(
     ``load_data(cfg, continuing)`` (the recipe's data: pools, corpus; ``continuing``: a checkpoint will
     be resumed) runs with the final config, so a missing or bad data folder leaves no run folder behind;
     its result is :attr:`RecipeRun.data`.
+
+    Under torchrun (:mod:`fastweights.train.distributed`) rank 0 does all of the above; the other ranks
+    wait for its final config (or its error, raised there as ``RuntimeError``), then load their own
+    data. Every rank gets its share of the batch and its own seed (:class:`RecipeRun`).
     """
     run_dir = Path(run_dir)
     loaded: list[Any] = [None]
+    w = distributed.setup(resolve_device(cfg.device))
 
     def check_all(c: Any) -> None:
         resolve_device(c.device)
         loop_settings(c.train)
+        local = distributed.rank_config(c, w)
         if load_data is not None:
-            loaded[0] = load_data(c, resume and CheckpointManager(run_dir).exists("latest"))
+            loaded[0] = load_data(local, resume and CheckpointManager(run_dir).exists("latest"))
 
-    cfg = prepare_run(
-        cfg, run_dir, resume=resume, command=command, check=check_all, overrides=overrides, force=force
-    )
-    t = cfg.train
+    if w.main:
+        try:
+            cfg = prepare_run(
+                cfg,
+                run_dir,
+                resume=resume,
+                command=command,
+                check=check_all,
+                overrides=overrides,
+                force=force,
+            )
+        except Exception as err:
+            distributed.broadcast_object({"error": f"{type(err).__name__}: {err}"}, w)
+            raise
+        distributed.broadcast_object({"cfg": cfg}, w)
+    else:
+        received = distributed.broadcast_object(None, w)
+        if "error" in received:
+            raise RuntimeError(f"rank 0 stopped: {received['error']}")
+        cfg = received["cfg"]
+        check_all(cfg)
+    local = distributed.rank_config(cfg, w)
+    t = local.train
     if t.threads:
         torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)
     return RecipeRun(
-        cfg,
+        local,
         run_dir,
-        resolve_device(cfg.device),
+        distributed.rank_device(resolve_device(cfg.device), w),
         np.random.default_rng(t.seed),
         torch.Generator().manual_seed(t.seed),
         loaded[0],
         resume,
+        cfg,
     )
 
 
@@ -554,7 +594,7 @@ def fit_run(
             "sampler_rng": numpy_rng_state(run.rng),
             "synthetic_rng": (run.synthetic.get_state, run.synthetic.set_state),
         },
-        metadata={"config": asdict(run.cfg)},
+        metadata={"config": asdict(run.saved_cfg)},
         description=description,
         postfix=postfix,
         map_location=run.device,

@@ -121,7 +121,8 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         w = sample_windows(splits["train"], t.seq_len, t.batch_size, gen).to(device)
         logits, _ = model(w[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
-        return loss, {"tokens": (step + 1) * _tokens_per_step(cfg), "train_bpb": loss.item() / LN2}
+        tokens = (step + 1) * _tokens_per_step(run.saved_cfg)  # all ranks' tokens
+        return loss, {"tokens": tokens, "train_bpb": loss.item() / LN2}
 
     def validate() -> dict[str, float]:
         loss = float(position_losses(model, val, t.batch_size).mean())
@@ -147,7 +148,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         minimize=True,
         resume=run.resume,
         extra_state={"batch_rng": (gen.get_state, gen.set_state)},
-        metadata={"config": asdict(cfg)},
+        metadata={"config": asdict(run.saved_cfg)},
         description=f"lm {cfg.model.sequence_layer}",
         postfix=("train_bpb",),
         map_location=device,

@@ -5,9 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fastweights.checks import check_betas, check_choices, check_device, check_int, check_ints, check_real
+from fastweights.checks import (
+    check_betas,
+    check_choice,
+    check_choices,
+    check_device,
+    check_int,
+    check_ints,
+    check_real,
+)
 from fastweights.data.sources.text import VOCAB_SIZE
 from fastweights.models.lm import LMConfig
+from fastweights.train.loop import PRECISIONS
 
 __all__ = ["LMRecipeConfig", "LMDataConfig", "LMTrainConfig", "LMEvalConfig"]
 
@@ -59,6 +68,7 @@ class LMTrainConfig:
     seed: int = 1
     threads: int = 0  # 0 = torch default
     tensorboard: bool = True
+    precision: str = "fp32"  # fp32 | bf16: autocast of the training step (fp32 weights and fast-weight state)
 
     def __post_init__(self) -> None:
         check_ints(
@@ -78,6 +88,7 @@ class LMTrainConfig:
         check_real("warmup_fraction", self.warmup_fraction, 0, 1, high_open=True)
         check_real("weight_decay", self.weight_decay, 0)
         check_betas("adam_betas", self.adam_betas)
+        check_choice("precision", self.precision, PRECISIONS)
         check_real("grad_clip", self.grad_clip, 0)
         check_real("max_minutes", self.max_minutes, 0)
 

@@ -183,7 +183,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
             baseline_cost=t.baseline_cost,
             entropy_cost=t.entropy_cost,
         )
-        return loss, {**info, "frames": _frames(cfg, step + 1)}
+        return loss, {**info, "frames": _frames(run.saved_cfg, step + 1)}  # all ranks' frames
 
     def validate() -> dict[str, float]:
         episodes = actor.pop_episodes()
@@ -219,7 +219,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
             objective="val_score",
             resume=run.resume,
             extra_state={"actor": (actor.state_dict, actor.load_state_dict)},
-            metadata={"config": asdict(cfg)},
+            metadata={"config": asdict(run.saved_cfg)},
             description=f"rl {cfg.model.core} on {len(cfg.env.games)} games",
             postfix=("frames",),
             map_location=run.device,

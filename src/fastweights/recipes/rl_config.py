@@ -11,6 +11,7 @@ from fastweights.rl.encoders import ENCODERS
 from fastweights.rl.envs import LevelSet
 from fastweights.rl.procgen import DISTRIBUTION_MODES, PROCGEN_GAMES
 from fastweights.rl.rollout import REWARD_CLIPS
+from fastweights.train.loop import PRECISIONS
 
 __all__ = [
     "SUITES",
@@ -123,8 +124,10 @@ class RLTrainConfig:
     tensorboard: bool = False
     seed: int = 1
     threads: int = 0
+    precision: str = "fp32"  # fp32 | bf16: autocast of the training step (fp32 weights and fast-weight state)
 
     def __post_init__(self) -> None:
+        check_choice("precision", self.precision, PRECISIONS)
         check_ints(self, ("unroll", "val_every_steps", "val_episodes", "checkpoint_every_steps"))
         check_ints(self, ("max_steps", "seed", "threads"), low=0)
         check_real("lr", self.lr, 0)

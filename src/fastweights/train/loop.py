@@ -15,6 +15,18 @@ the checkpoint (a kill between a validation's log line and its checkpoint) are n
 killed-and-resumed run logs what the uninterrupted one logs, line for line (up to the wall-clock
 ``minutes``), and ends with the same weights on CPU. A log with records but no checkpoint (the
 checkpoints were removed) is refused instead of starting a second series.
+
+Under ``torchrun`` (:mod:`fastweights.train.distributed`) every rank runs this loop on its share of the
+batch: the ranks start from rank 0's weights, gradients are averaged after every backward, the logged
+training loss is the mean over ranks, rank 0 validates (its record is broadcast), writes the log and
+the checkpoints (which hold every rank's random streams) and shows the progress bar; the ranks agree
+on when the time budget is spent. A resumed run must have as many ranks as the one that wrote the
+checkpoint. Ctrl-C under torchrun does not save (the ranks may be at different points); the last
+checkpoint stays intact.
+
+``precision="bf16"`` runs ``step_fn`` under ``torch.autocast`` (bfloat16 on CPU and CUDA); parameters,
+gradients, optimiser state and the fast-weight state of the ops stay float32; validation runs in the
+model's own dtype.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from fastweights.io import JsonlLogger
+from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from fastweights.train.run_folder import RunFolderError
 
@@ -45,6 +58,7 @@ _RESUME_KEYS = ("model", "optimizer", "scheduler", "step", "elapsed_seconds", "b
 log = logging.getLogger(__name__)
 
 StepFn = Callable[[int], tuple[Tensor, dict[str, Any]]]
+PRECISIONS = ("fp32", "bf16")
 StateAccessors = dict[str, tuple[Callable[[], Any], Callable[[Any], None]]]
 
 
@@ -66,8 +80,11 @@ class LoopSettings:
     grad_clip: float = 0.0  # max gradient norm; 0 = off
     tensorboard: bool = False  # also write TensorBoard scalars to run_dir/tensorboard
     accumulation_steps: int = 1
+    precision: str = "fp32"  # fp32 | bf16 (autocast of step_fn)
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"train.precision: expected one of {list(PRECISIONS)}, got {self.precision!r}")
         for name in ("val_every_steps", "checkpoint_every_steps", "accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name}: expected >= 1, got {getattr(self, name)}")
@@ -128,6 +145,8 @@ def fit(
         ValueError: if ``metrics.jsonl`` is shorter than the checkpoint recorded.
     """
     s = settings
+    device = next(iter(model.parameters()), torch.empty(0)).device
+    w = distributed.setup(device)
     ckpt = CheckpointManager(Path(run_dir))
     log_path = Path(run_dir) / "metrics.jsonl"
     extra_state = extra_state or {}
@@ -135,9 +154,9 @@ def fit(
     step, elapsed, best = 0, 0.0, -math.inf
     loss_ema: float | None = None
     last_val: dict[str, Any] = {}
-    state = _load_resumable(ckpt, map_location) if resume else None
+    state = _load_resumable(ckpt, map_location, w) if resume else None
     keep_bytes = state.get("metrics_bytes") if state is not None else None
-    if state is None and log_path.exists() and log_path.stat().st_size > 0:
+    if state is None and w.main and log_path.exists() and log_path.stat().st_size > 0:
         raise RunFolderError(
             f"run_dir: {log_path} already has records but there is no checkpoint to continue from "
             f"({ckpt.path('latest')}); move the folder away or choose another one"
@@ -147,14 +166,21 @@ def fit(
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step, elapsed, best = state["step"], state["elapsed_seconds"], state["best"]
-        restore_rng_state(state["rng"])
+        mine = state["ranks"][w.rank] if w.distributed else state
+        restore_rng_state(mine["rng"])
         for name, (_, set_state) in extra_state.items():
-            set_state(state["extra"][name])
+            set_state(mine["extra"][name])
         last_val = state.get("last_val", {})
         loss_ema = state.get("loss_ema")
-        log.info("resumed %s at step %d (%.1f min)", run_dir, step, elapsed / 60)
+        if w.main:
+            log.info("resumed %s at step %d (%.1f min)", run_dir, step, elapsed / 60)
+    distributed.broadcast_module(model, w)  # every rank starts from rank 0's weights
 
     def save(is_best: bool) -> None:
+        mine = {"rng": capture_rng_state(), "extra": {name: get() for name, (get, _) in extra_state.items()}}
+        ranks = distributed.gather_objects(mine, w)  # a collective: every rank calls save together
+        if not w.main:
+            return
         ckpt.save(
             {
                 "model": model.state_dict(),
@@ -163,23 +189,30 @@ def fit(
                 "step": step,
                 "elapsed_seconds": elapsed,
                 "best": best,
-                "rng": capture_rng_state(),
-                "extra": {name: get() for name, (get, _) in extra_state.items()},
+                **mine,
+                "world_size": w.size,
+                **({"ranks": ranks} if w.distributed else {}),
                 "last_val": last_val,
                 "loss_ema": loss_ema,
-                "metrics_bytes": logger.size,
+                "metrics_bytes": logger.size if logger is not None else 0,
                 **(metadata or {}),
             },
             is_best=is_best,
         )
 
-    logger = JsonlLogger(log_path, keep_bytes=keep_bytes)
+    logger = JsonlLogger(log_path, keep_bytes=keep_bytes) if w.main else None
     if state is None:
         # a step-0 checkpoint: from now on a log line always has a checkpoint to resume from, so a
         # log without checkpoint means the checkpoints were removed (refused above), never a kill
         save(False)
     budget = s.max_minutes * 60 if s.max_minutes > 0 else math.inf
     start = time.monotonic() - elapsed
+
+    def time_up() -> bool:  # the ranks agree: any rank's clock past the budget stops them all
+        if budget == math.inf:
+            return False
+        return distributed.all_mean([float(time.monotonic() - start >= budget)], w)[0] > 0
+
     bar = tqdm(
         total=None if s.max_minutes > 0 else s.max_steps,  # a time budget makes the step total meaningless
         initial=step,
@@ -187,24 +220,32 @@ def fit(
         unit="it",
         dynamic_ncols=True,
         mininterval=0.5 if sys.stderr.isatty() else 30.0,  # keep redirected logs small
+        disable=not w.main,
     )
     writer = None
-    if s.tensorboard:
+    if s.tensorboard and w.main:
         from torch.utils.tensorboard import SummaryWriter
 
         # scalars are logged at steps 1, 2, …; a resumed run drops what was logged after its checkpoint
         writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=step + 1 if resume else None)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=s.precision == "bf16")
     model.train()
     try:
-        while step < s.max_steps and time.monotonic() - start < budget:
+        while step < s.max_steps and not time_up():
             optimizer.zero_grad(set_to_none=True)
             step_loss = 0.0
             for _ in range(s.accumulation_steps):
-                loss, info = step_fn(step)
+                with autocast:
+                    loss, info = step_fn(step)
                 if not torch.isfinite(loss):
-                    raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
-                (loss / s.accumulation_steps).backward()
+                    step_loss = loss.item()
+                    break
+                (loss.float() / s.accumulation_steps).backward()
                 step_loss += loss.item() / s.accumulation_steps
+            (step_loss,) = distributed.all_mean([step_loss], w)  # NaN on one rank stops them all
+            if not math.isfinite(step_loss):
+                raise FloatingPointError(f"training loss became {step_loss} at step {step}")
+            distributed.average_gradients(model, w)
             if s.grad_clip > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
             optimizer.step()
@@ -220,19 +261,20 @@ def fit(
             bar.set_postfix(
                 loss=f"{loss_ema:.3f}", **shown, val=last_val.get(objective, float("nan")), refresh=False
             )
-            done = step >= s.max_steps or time.monotonic() - start >= budget
+            done = step >= s.max_steps or time_up()
             if step % s.val_every_steps == 0 or done:
-                last_val = validate_fn()
+                last_val = distributed.broadcast_object(validate_fn() if w.main else None, w)
                 model.train()
                 elapsed = time.monotonic() - start
-                logger.log(
-                    step=step,
-                    minutes=elapsed / 60,
-                    train_loss=loss_ema,
-                    lr=scheduler.get_last_lr()[0],
-                    **info,
-                    **last_val,
-                )
+                if logger is not None:
+                    logger.log(
+                        step=step,
+                        minutes=elapsed / 60,
+                        train_loss=loss_ema,
+                        lr=scheduler.get_last_lr()[0],
+                        **info,
+                        **last_val,
+                    )
                 bar.set_postfix(loss=f"{loss_ema:.3f}", **shown, val=last_val[objective])
                 if writer is not None:
                     for key, value in last_val.items():
@@ -240,26 +282,35 @@ def fit(
                 is_best = sign * last_val[objective] > best
                 best = max(best, sign * last_val[objective])
                 save(is_best)
+                if done:
+                    break
             elif step % s.checkpoint_every_steps == 0:
                 save(False)
     except KeyboardInterrupt:
         elapsed = time.monotonic() - start
-        save(False)
-        log.warning("interrupted at step %d; resume with --resume", step)
+        if w.distributed:  # saving is a collective the other ranks may never reach
+            log.warning("interrupted at step %d; --resume continues from the last checkpoint", step)
+        else:
+            save(False)
+            log.warning("interrupted at step %d; resume with --resume", step)
         raise
     finally:
         bar.close()
-        logger.close()
+        if logger is not None:
+            logger.close()
         if writer is not None:
             writer.close()
     return {"step": step, "minutes": elapsed / 60, **last_val}
 
 
-def _load_resumable(ckpt: CheckpointManager, map_location: Any) -> dict[str, Any] | None:
+def _load_resumable(
+    ckpt: CheckpointManager, map_location: Any, w: distributed.World
+) -> dict[str, Any] | None:
     """The latest checkpoint for ``resume`` (``None`` when there is none).
 
     Raises:
-        RunFolderError: if it is damaged (saying whether ``best.pt`` can stand in) or lacks resume state.
+        RunFolderError: if it is damaged (saying whether ``best.pt`` can stand in), lacks resume state,
+            or was written by a run on another number of ranks.
     """
     state = ckpt.load("latest", map_location=map_location, fallback_hint=resume_fallback_hint(ckpt))
     if state is None:
@@ -269,5 +320,11 @@ def _load_resumable(ckpt: CheckpointManager, map_location: Any) -> dict[str, Any
         raise RunFolderError(
             f"checkpoint: {ckpt.path('latest')} cannot be resumed (no {', '.join(missing)}; "
             "an exported copy holds only the model); train into a new folder instead"
+        )
+    ranks = state.get("world_size", 1)
+    if ranks != w.size:
+        raise RunFolderError(
+            f"checkpoint: {ckpt.path('latest')} was written by a run on {ranks} rank(s); resume it with "
+            f"as many (torchrun --nproc_per_node x nodes = {ranks}), got {w.size}"
         )
     return state

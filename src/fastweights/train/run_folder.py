@@ -265,11 +265,16 @@ def output_folder(
 
 def locks_run_dir(fn: F) -> F:
     """Decorate a recipe's ``train(cfg, run_dir, …)``: the whole call holds ``run_lock(run_dir)``, so
-    the resume checks, the config/command writes and the training loop see no second writer."""
+    the resume checks, the config/command writes and the training loop see no second writer. Under
+    torchrun only rank 0 takes the lock (the other ranks never write into the folder)."""
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from fastweights.train.distributed import world
+
+        if not world().main:
+            return fn(*args, **kwargs)
         run_dir = Path(sig.bind(*args, **kwargs).arguments["run_dir"])
         with run_lock(run_dir):
             return fn(*args, **kwargs)
