@@ -8,6 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# Triton's kernels run in its interpreter on CPU-only machines (tests/ops/test_srwm_triton.py). Triton reads
+# this when it is imported (its own tl.sum & co. are made then), so it is set before any test imports it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 GOLDEN = Path(os.environ.get("FASTWEIGHTS_GOLDEN", Path(__file__).resolve().parent / "golden"))
 
 

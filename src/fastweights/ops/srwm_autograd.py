@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fastweights.ops import srwm_cpu
+from fastweights.ops import srwm_cpu, srwm_triton
 
 __all__ = ["srwm_fast_path"]
 
@@ -159,9 +159,14 @@ def srwm_fast_path(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor
         ``(y [B, T, H, d_out], y_read or None, final fast weights [B, H, E, C])``.
 
     CPU float32/float64 inputs go to the fused C++ kernel when it builds (:mod:`fastweights.ops.srwm_cpu`;
-    same math and saved vectors; ``FASTWEIGHTS_CPU_KERNEL=0`` keeps them here).
+    same math and saved vectors; ``FASTWEIGHTS_CPU_KERNEL=0`` keeps them here); with
+    ``FASTWEIGHTS_TRITON=1``, CUDA inputs without ``x_read`` go to the Triton kernels
+    (:mod:`fastweights.ops.srwm_triton`).
     """
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and srwm_cpu.enabled():
         return srwm_cpu.srwm_fused_cpu(x, w0, x_read)
+    if x.device.type == "cuda" and x_read is None and srwm_triton.supports(x) and srwm_triton.enabled():
+        y, w = srwm_triton.srwm_fused_triton(x, w0)
+        return y, None, w
     y, y_read, w = _SRWMFunction.apply(x, x_read, w0)
     return y, (y_read if x_read is not None else None), w

@@ -114,8 +114,8 @@ class _FusedSRWM(torch.autograd.Function):
         b, steps, h, e = x.shape
         c = w0.shape[-1]
         o = c - 2 * e - 4
-        xn = _sequence_major(x)
-        xrn = _sequence_major(x_read) if x_read is not None else xn.new_empty(0)
+        xn = sequence_major(x)
+        xrn = sequence_major(x_read) if x_read is not None else xn.new_empty(0)
         y, y_read, act, diff, w = _load().srwm_forward(xn, xrn, w0.reshape(b * h, e, c), o)
         ctx.save_for_backward(xn, xrn, act, diff, w)
         ctx.shape = (b, steps, h, e, c, o)
@@ -134,7 +134,7 @@ class _FusedSRWM(torch.autograd.Function):
         read = xrn.numel() > 0
 
         def grad_out(g: Tensor | None) -> Tensor:
-            return _sequence_major(g).to(xn.dtype) if g is not None else xn.new_zeros(b * h, steps, o)
+            return sequence_major(g).to(xn.dtype) if g is not None else xn.new_zeros(b * h, steps, o)
 
         gyr = grad_out(g_y_read) if read else xn.new_empty(0)
         gw = g_w.reshape(b * h, e, c).to(xn.dtype) if g_w is not None else torch.zeros_like(w)
@@ -143,10 +143,10 @@ class _FusedSRWM(torch.autograd.Function):
         return g_x.view(b, h, steps, e).transpose(1, 2), g_x_read, g_w0.view(b, h, e, c)
 
 
-def _sequence_major(t: Tensor) -> Tensor:
+def sequence_major(t: Tensor) -> Tensor:
     """``[B, T, H, D]`` → contiguous ``[B·H, T, D]`` (one row of sequences per (batch, head))."""
     b, steps, h, d = t.shape
-    return t.permute(0, 2, 1, 3).reshape(b * h, steps, d)
+    return t.permute(0, 2, 1, 3).reshape(b * h, steps, d).contiguous()
 
 
 def srwm_fused_cpu(

@@ -1,0 +1,98 @@
+"""The Triton SRWM kernels run by Triton's interpreter on CPU (``TRITON_INTERPRET=1``) against the
+per-step reference: fp64 outputs, final state and gradients (odd lengths, a head size that is not a
+power of two, a wide y block, carried state, an empty sequence), gradcheck, float32; the CUDA dispatch
+on a GPU. Skipped without Triton (``TRITON=1 bash scripts/setup.sh`` installs it; CI does)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")  # TRITON_INTERPRET=1 on CPU-only machines: tests/conftest.py
+from fastweights.ops import srwm_reference, srwm_triton  # noqa: E402
+from fastweights.ops.srwm import srwm_num_columns  # noqa: E402
+
+
+def _case(b, t, h, e, d_out=None, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    c = srwm_num_columns(e, d_out)
+    x = torch.randn(b, t, h, e, generator=g, dtype=dtype).requires_grad_()
+    w0 = (0.3 * torch.randn(b, h, e, c, generator=g, dtype=dtype)).requires_grad_()
+    return x, w0
+
+
+def _reference(x, w0, d_out=None):
+    zero = torch.zeros_like(w0[0])
+    return srwm_reference(x, zero, initial_state=w0, output_final_state=True, d_out=d_out)
+
+
+@pytest.mark.parametrize(("t", "e", "d_out"), [(1, 4, None), (7, 5, None), (65, 4, None), (9, 3, 13)])
+def test_triton_equals_the_reference_fp64(t, e, d_out):
+    x, w0 = _case(2, t, 2, e, d_out)
+    y, w = srwm_triton.srwm_fused_triton(x, w0)
+    y_ref, w_ref = _reference(x, w0, d_out)
+    torch.testing.assert_close(y, y_ref, rtol=1e-11, atol=1e-11)
+    torch.testing.assert_close(w, w_ref, rtol=1e-11, atol=1e-11)
+    g = torch.Generator().manual_seed(1)
+    gy = torch.randn(y.shape, generator=g, dtype=y.dtype)
+    gw = torch.randn(w.shape, generator=g, dtype=w.dtype)
+    grads = torch.autograd.grad((y * gy).sum() + (w * gw).sum(), (x, w0))
+    grads_ref = torch.autograd.grad((y_ref * gy).sum() + (w_ref * gw).sum(), (x, w0))
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_carried_state_equals_one_call():
+    x, w0 = _case(1, 9, 2, 4)
+    y, w = srwm_triton.srwm_fused_triton(x, w0)
+    y1, w1 = srwm_triton.srwm_fused_triton(x[:, :4], w0)
+    y2, w2 = srwm_triton.srwm_fused_triton(x[:, 4:], w1)
+    torch.testing.assert_close(torch.cat([y1, y2], 1), y, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w2, w, rtol=1e-12, atol=1e-12)
+    g_one = torch.autograd.grad(y.sum() + w.square().sum(), (x, w0))
+    g_two = torch.autograd.grad(torch.cat([y1, y2], 1).sum() + w2.square().sum(), (x, w0))
+    for a, b in zip(g_one, g_two, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_gradcheck_tiny_fp64():
+    x, w0 = _case(1, 3, 1, 3)
+    assert torch.autograd.gradcheck(srwm_triton.srwm_fused_triton, (x, w0))
+
+
+def test_float32_matches_the_reference():
+    x, w0 = _case(1, 17, 2, 8, dtype=torch.float32)
+    y, w = srwm_triton.srwm_fused_triton(x, w0)
+    y_ref, w_ref = _reference(x, w0)
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_an_empty_sequence_keeps_the_state():
+    x, w0 = _case(1, 0, 2, 3)
+    y, w = srwm_triton.srwm_fused_triton(x, w0)
+    assert y.shape == (1, 0, 2, 3)
+    torch.testing.assert_close(w, w0, rtol=0, atol=0)
+    (g,) = torch.autograd.grad(w.square().sum(), (w0,))
+    torch.testing.assert_close(g, 2 * w0, rtol=0, atol=0)
+
+
+def test_unsupported_inputs_are_refused():
+    x, w0 = _case(1, 2, 1, 65, dtype=torch.float32)
+    assert not srwm_triton.supports(x)
+    with pytest.raises(RuntimeError, match="E <= 64, got torch.float32, E=65"):
+        srwm_triton.srwm_fused_triton(x, w0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_dispatch_equals_the_pytorch_fast_path(monkeypatch):
+    from fastweights.ops import srwm
+
+    x, w0 = _case(2, 33, 4, 16, dtype=torch.float32)
+    x, weight = x.detach().cuda().requires_grad_(), w0[0].detach().cuda().requires_grad_()
+    monkeypatch.setenv("FASTWEIGHTS_TRITON", "0")
+    y_ref, w_ref = srwm(x, weight, output_final_state=True)
+    monkeypatch.setenv("FASTWEIGHTS_TRITON", "1")
+    y, w = srwm(x, weight, output_final_state=True)
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
