@@ -32,7 +32,7 @@ def main() -> None:
     w0 = (torch.randn(a.B, a.H, a.E, 3 * a.E + 4, generator=g) / a.E**0.5).requires_grad_()
     variants: dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]] = {
         "PyTorch fast path": lambda: (lambda r: (r[0], r[2]))(srwm_fast_path(x, None, w0)),
-        "fused CPU kernel": lambda: srwm_cpu.srwm_fused_cpu(x, w0),
+        "fused CPU kernel": lambda: (lambda r: (r[0], r[2]))(srwm_cpu.srwm_fused_cpu(x, w0)),
         # the per-step, per-block reference (autograd through every step), from the same state
         "srwm_reference": lambda: srwm_reference(
             x, torch.zeros_like(w0[0]), initial_state=w0, output_final_state=True

@@ -114,39 +114,31 @@ class _FusedSRWM(torch.autograd.Function):
         b, steps, h, e = x.shape
         c = w0.shape[-1]
         o = c - 2 * e - 4
-        xn = sequence_major(x)
-        xrn = sequence_major(x_read) if x_read is not None else xn.new_empty(0)
-        y, y_read, act, diff, w = _load().srwm_forward(xn, xrn, w0.reshape(b * h, e, c), o)
-        ctx.save_for_backward(xn, xrn, act, diff, w)
+        x = x.contiguous()
+        xr = x_read.contiguous() if x_read is not None else x.new_empty(0)
+        y, y_read, act, diff, w = _load().srwm_forward(x, xr, x_read is not None, w0, o)
+        ctx.save_for_backward(x, xr, act, diff, w)
+        ctx.read = x_read is not None
         ctx.shape = (b, steps, h, e, c, o)
         if x_read is None:
             ctx.mark_non_differentiable(y_read)
-        else:
-            y_read = y_read.view(b, h, steps, o).transpose(1, 2)
-        return y.view(b, h, steps, o).transpose(1, 2), y_read, w.view(b, h, e, c).clone()  # w is saved
+        return y, y_read, w.clone()  # w is saved
 
     @staticmethod
     def backward(
         ctx: Any, g_y: Tensor | None, g_y_read: Tensor | None, g_w: Tensor | None
     ) -> tuple[Tensor, Tensor | None, Tensor]:
-        xn, xrn, act, diff, w = ctx.saved_tensors
+        x, xr, act, diff, w = ctx.saved_tensors
         b, steps, h, e, c, o = ctx.shape
-        read = xrn.numel() > 0
+        read = ctx.read
 
         def grad_out(g: Tensor | None) -> Tensor:
-            return sequence_major(g).to(xn.dtype) if g is not None else xn.new_zeros(b * h, steps, o)
+            return g.to(x.dtype) if g is not None else x.new_zeros(b, steps, h, o)
 
-        gyr = grad_out(g_y_read) if read else xn.new_empty(0)
-        gw = g_w.reshape(b * h, e, c).to(xn.dtype) if g_w is not None else torch.zeros_like(w)
-        g_x, g_xr, g_w0 = _load().srwm_backward(xn, xrn, act, diff, w, grad_out(g_y), gyr, gw)
-        g_x_read = g_xr.view(b, h, steps, e).transpose(1, 2) if read else None
-        return g_x.view(b, h, steps, e).transpose(1, 2), g_x_read, g_w0.view(b, h, e, c)
-
-
-def sequence_major(t: Tensor) -> Tensor:
-    """``[B, T, H, D]`` → contiguous ``[B·H, T, D]`` (one row of sequences per (batch, head))."""
-    b, steps, h, d = t.shape
-    return t.permute(0, 2, 1, 3).reshape(b * h, steps, d).contiguous()
+        gyr = grad_out(g_y_read) if read else x.new_empty(0)
+        gw = g_w.to(x.dtype) if g_w is not None else torch.zeros_like(w)
+        g_x, g_xr, g_w0 = _load().srwm_backward(x, xr, read, act, diff, w, grad_out(g_y), gyr, gw)
+        return g_x, (g_xr if read else None), g_w0
 
 
 def srwm_fused_cpu(

@@ -65,6 +65,12 @@ def _kernels() -> tuple[Any, Any]:
     return _state["kernels"]
 
 
+def _sequence_major(t: Tensor) -> Tensor:
+    """``[B, T, H, D]`` → contiguous ``[B·H, T, D]`` (one row of sequences per (batch, head))."""
+    b, steps, h, d = t.shape
+    return t.permute(0, 2, 1, 3).reshape(b * h, steps, d).contiguous()
+
+
 def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
@@ -72,12 +78,10 @@ def _pow2(n: int) -> int:
 class _TritonSRWM(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, w0: Tensor) -> tuple[Tensor, Tensor]:
-        from fastweights.ops.srwm_cpu import sequence_major
-
         b, steps, h, e = x.shape
         c = w0.shape[-1]
         o = c - 2 * e - 4
-        xn = sequence_major(x)
+        xn = _sequence_major(x)
         w_in = w0.reshape(b * h, e, c).contiguous()
         y = x.new_empty(b * h, steps, o)
         act = x.new_empty(b * h, steps, 2 * e + 4)
@@ -91,11 +95,9 @@ class _TritonSRWM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g_y: Tensor | None, g_w: Tensor | None) -> tuple[Tensor, Tensor]:
-        from fastweights.ops.srwm_cpu import sequence_major
-
         xn, act, diff, w = ctx.saved_tensors
         b, steps, h, e, c, o = ctx.shape
-        gy = sequence_major(g_y).to(xn.dtype) if g_y is not None else xn.new_zeros(b * h, steps, o)
+        gy = _sequence_major(g_y).to(xn.dtype) if g_y is not None else xn.new_zeros(b * h, steps, o)
         gw = g_w.reshape(b * h, e, c).to(xn.dtype).contiguous() if g_w is not None else torch.zeros_like(w)
         g_x = torch.zeros_like(xn)
         if steps == 0:  # no step: dL/dW0 = dL/dW_final

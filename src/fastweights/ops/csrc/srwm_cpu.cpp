@@ -2,8 +2,10 @@
 // time loop inside compiled code and one (batch, head) fast-weight matrix at a time (parallel over
 // batch x heads with at::parallel_for). Irie et al. 2022, Eq. 5-8; see ops/srwm.py for the math.
 //
-// Layout: x [N, T, E], w0 / w [N, E, C] (C = O + 2E + 4 columns y | q | k | beta), y [N, T, O],
-// act [N, T, 2E + 4] (q | k after softmax, beta after sigmoid), diff [N, T, C] (d_t = (q_t - k_t) W_{t-1}).
+// Layout: x [B, T, H, E] and y [B, T, H, O] as the ops take them (read and written in place, no
+// sequence-major copies), w0 / w [B, H, E, C] (C = O + 2E + 4 columns y | q | k | beta); saved per
+// (b, h) = n: act [N, T, 2E + 4] (q | k after softmax, beta after sigmoid), diff [N, T, C]
+// (d_t = (q_t - k_t) W_{t-1}).
 //
 // Inside, each matrix lives in an aligned copy whose rows are padded with zero columns to a whole number
 // of SIMD vectors (GCC/Clang vector extensions: 64 bytes with AVX-512, else 32), so every sweep is whole
@@ -220,11 +222,12 @@ void store_unpadded(const T* src, T* dst, int64_t e, int64_t c, int64_t P) {
   for (int64_t i = 0; i < e; ++i) std::memcpy(dst + i * c, src + i * P, c * sizeof(T));
 }
 
-// xr / yr: the read-only stream (y_read_t = xr_t W^y_{t-1}), or null.
+// xr / yr: the read-only stream (y_read_t = xr_t W^y_{t-1}), or null. Step t of x / xr is at t * xs, of
+// y / yr at t * ys (the [B, T, H, .] layout: xs = H E, ys = H O).
 template <typename T>
 void forward_one(const T* __restrict__ x, const T* __restrict__ xr, T* __restrict__ w_io, T* __restrict__ y,
                  T* __restrict__ yr, T* __restrict__ act, T* __restrict__ diff, int64_t steps, int64_t e,
-                 int64_t c, int64_t o) {
+                 int64_t c, int64_t o, int64_t xs, int64_t ys) {
   constexpr int64_t L = Simd<T>::L;
   const int64_t P = (c + L - 1) / L * L, nv = P / L, na = 2 * e + 4;
   const int64_t nvr = (o + L - 1) / L;  // vectors holding the y columns
@@ -241,9 +244,9 @@ void forward_one(const T* __restrict__ x, const T* __restrict__ xr, T* __restric
   project(w, P, e, x, p, P);
   if (xr) project(w, P, e, xr, pr, o);
   for (int64_t t = 0; t < steps; ++t) {
-    for (int64_t j = 0; j < o; ++j) y[t * o + j] = p[j];
+    for (int64_t j = 0; j < o; ++j) y[t * ys + j] = p[j];
     if (xr)
-      for (int64_t j = 0; j < o; ++j) yr[t * o + j] = pr[j];
+      for (int64_t j = 0; j < o; ++j) yr[t * ys + j] = pr[j];
     T* a = act + t * na;
     softmax(p + o, a, tb.p, e);
     softmax(p + o + e, a + e, tb.p, e);
@@ -253,8 +256,8 @@ void forward_one(const T* __restrict__ x, const T* __restrict__ xr, T* __restric
     over_blocks(nv, L, [&](auto nb, int64_t j0) { sweep_diff<T, decltype(nb)::value>(w, P, e, qmk, d, u, rate, j0); });
     std::memcpy(diff + t * c, d, c * sizeof(T));
     const bool next = t + 1 < steps;
-    const T* xn = next ? x + (t + 1) * e : nullptr;
-    const T* xrn = xr && next ? xr + (t + 1) * e : nullptr;
+    const T* xn = next ? x + (t + 1) * xs : nullptr;
+    const T* xrn = xr && next ? xr + (t + 1) * xs : nullptr;
     over_blocks(nv, L, [&](auto nb, int64_t j0) {
       constexpr int NB = decltype(nb)::value;
       if (xrn && j0 < nvr * L)
@@ -353,12 +356,13 @@ void undo_all(T* w, const T* g, int64_t P, int64_t e, const T* u, const T* k, T*
   }
 }
 
-// xr / gyr / gxr: the read-only stream, its output gradient and its input gradient, or null.
+// xr / gyr / gxr: the read-only stream, its output gradient and its input gradient, or null; strides as
+// for forward_one (x, xr, gx, gxr: xs; gy, gyr: ys).
 template <typename T>
 void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __restrict__ act,
                   const T* __restrict__ diff, const T* __restrict__ w_final, const T* __restrict__ g_w,
                   T* __restrict__ g_out, const T* __restrict__ gy, const T* __restrict__ gyr, T* __restrict__ gx,
-                  T* __restrict__ gxr, int64_t steps, int64_t e, int64_t c, int64_t o) {
+                  T* __restrict__ gxr, int64_t steps, int64_t e, int64_t c, int64_t o, int64_t xs, int64_t ys) {
   typedef typename Simd<T>::v vt;
   constexpr int64_t L = Simd<T>::L;
   const int64_t P = (c + L - 1) / L * L, nv = P / L, na = 2 * e + 4, nvr = (o + L - 1) / L;
@@ -420,7 +424,7 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __
       dot_q += gqmk[i] * q[i];
       dot_k += (gk[i] - gqmk[i]) * k[i];
     }
-    for (int64_t j = 0; j < o; ++j) gproj[j] = gy[t * o + j];
+    for (int64_t j = 0; j < o; ++j) gproj[j] = gy[t * ys + j];
     for (int64_t i = 0; i < e; ++i) {
       gproj[o + i] = q[i] * (gqmk[i] - dot_q);
       gproj[o + e + i] = k[i] * ((gk[i] - gqmk[i]) - dot_k);
@@ -432,12 +436,12 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __
       for (int64_t j = 0; j < P; ++j) gu[j] = 0;
     }
     const T* kp = prev ? act + (t - 1) * na + e : nullptr;
-    const T* xt = x + t * e;
-    T* gxt = gx + t * e;
+    const T* xt = x + t * xs;
+    T* gxt = gx + t * xs;
     if (xr) {  // before the fused sweep undoes W_{t-1}
-      std::memcpy(gyr_pad, gyr + t * o, o * sizeof(T));
-      const T* xrt = xr + t * e;
-      T* gxrt = gxr + t * e;
+      std::memcpy(gyr_pad, gyr + t * ys, o * sizeof(T));
+      const T* xrt = xr + t * xs;
+      T* gxrt = gxr + t * xs;
       int64_t i = 0;
       for (; i + 1 < e; i += 2) read_rows<T, 2>(w, g, P, nvr, i, gyr_pad, xrt, gxrt);
       if (i < e) read_rows<T, 1>(w, g, P, nvr, i, gyr_pad, xrt, gxrt);
@@ -449,18 +453,19 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __
   store_unpadded(g, g_out, e, c, P);
 }
 
-// x [N, T, E], x_read [N, T, E] or empty (no read stream), w0 [N, E, C] -> {y, y_read (empty if none),
-// act, diff, w_final}.
-std::vector<torch::Tensor> srwm_forward(torch::Tensor x, torch::Tensor x_read, torch::Tensor w0, int64_t o) {
-  TORCH_CHECK(x.dim() == 3 && w0.dim() == 3, "srwm_forward: x [N, T, E], w0 [N, E, C]");
-  const bool read = x_read.numel() > 0;
+// x [B, T, H, E], x_read [B, T, H, E] (used when read), w0 [B, H, E, C] -> {y [B, T, H, O],
+// y_read (empty if none), act [B H, T, 2E + 4], diff [B H, T, C], w_final [B, H, E, C]}.
+std::vector<torch::Tensor> srwm_forward(torch::Tensor x, torch::Tensor x_read, bool read, torch::Tensor w0,
+                                        int64_t o) {
+  TORCH_CHECK(x.dim() == 4 && w0.dim() == 4, "srwm_forward: x [B, T, H, E], w0 [B, H, E, C]");
   TORCH_CHECK(!read || x_read.sizes() == x.sizes(), "srwm_forward: x_read must match x");
   x = x.contiguous();
   x_read = x_read.contiguous();
   auto w = w0.contiguous().clone();
-  const int64_t n = x.size(0), steps = x.size(1), e = x.size(2), c = w.size(2);
-  auto y = torch::empty({n, steps, o}, x.options());
-  auto y_read = read ? torch::empty({n, steps, o}, x.options()) : torch::empty({0}, x.options());
+  const int64_t nb = x.size(0), steps = x.size(1), nh = x.size(2), e = x.size(3), c = w.size(3);
+  const int64_t n = nb * nh, xs = nh * e, ys = nh * o;
+  auto y = torch::empty({nb, steps, nh, o}, x.options());
+  auto y_read = read ? torch::empty({nb, steps, nh, o}, x.options()) : torch::empty({0}, x.options());
   auto act = torch::empty({n, steps, 2 * e + 4}, x.options());
   auto diff = torch::empty({n, steps, c}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "srwm_forward", [&] {
@@ -472,20 +477,23 @@ std::vector<torch::Tensor> srwm_forward(torch::Tensor x, torch::Tensor x_read, t
     scalar_t* ap = act.data_ptr<scalar_t>();
     scalar_t* dp = diff.data_ptr<scalar_t>();
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        forward_one<scalar_t>(xp + i * steps * e, read ? xrp + i * steps * e : nullptr, wp + i * e * c,
-                              yp + i * steps * o, read ? yrp + i * steps * o : nullptr,
-                              ap + i * steps * (2 * e + 4), dp + i * steps * c, steps, e, c, o);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t bi = i / nh, hi = i % nh;
+        const int64_t xo = bi * steps * xs + hi * e, yo = bi * steps * ys + hi * o;
+        forward_one<scalar_t>(xp + xo, read ? xrp + xo : nullptr, wp + i * e * c, yp + yo,
+                              read ? yrp + yo : nullptr, ap + i * steps * (2 * e + 4), dp + i * steps * c, steps,
+                              e, c, o, xs, ys);
+      }
     });
   });
   return {y, y_read, act, diff, w};
 }
 
-// -> {g_x, g_x_read (empty without a read stream), g_w0}; g_y_read is empty without a read stream.
-std::vector<torch::Tensor> srwm_backward(torch::Tensor x, torch::Tensor x_read, torch::Tensor act,
+// -> {g_x [B, T, H, E], g_x_read (empty without a read stream), g_w0 [B, H, E, C]}; g_y [B, T, H, O];
+// g_y_read is empty without a read stream.
+std::vector<torch::Tensor> srwm_backward(torch::Tensor x, torch::Tensor x_read, bool read, torch::Tensor act,
                                          torch::Tensor diff, torch::Tensor w_final, torch::Tensor g_y,
                                          torch::Tensor g_y_read, torch::Tensor g_w) {
-  const bool read = x_read.numel() > 0;
   x = x.contiguous();
   x_read = x_read.contiguous();
   act = act.contiguous();
@@ -494,7 +502,8 @@ std::vector<torch::Tensor> srwm_backward(torch::Tensor x, torch::Tensor x_read, 
   g_y_read = g_y_read.contiguous();
   w_final = w_final.contiguous();
   g_w = g_w.contiguous();
-  const int64_t n = x.size(0), steps = x.size(1), e = x.size(2), c = w_final.size(2), o = g_y.size(2);
+  const int64_t nb = x.size(0), steps = x.size(1), nh = x.size(2), e = x.size(3), c = w_final.size(3);
+  const int64_t o = g_y.size(3), n = nb * nh, xs = nh * e, ys = nh * o;
   TORCH_CHECK(!read || g_y_read.sizes() == g_y.sizes(), "srwm_backward: g_y_read must match g_y");
   auto g_x = torch::empty_like(x);
   auto g_x_read = read ? torch::empty_like(x) : torch::empty({0}, x.options());
@@ -512,12 +521,14 @@ std::vector<torch::Tensor> srwm_backward(torch::Tensor x, torch::Tensor x_read, 
     scalar_t* gxp = g_x.data_ptr<scalar_t>();
     scalar_t* gxrp = read ? g_x_read.data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        backward_one<scalar_t>(xp + i * steps * e, read ? xrp + i * steps * e : nullptr,
-                               ap + i * steps * (2 * e + 4), dp + i * steps * c, wp + i * e * c,
-                               gwp + i * e * c, gp + i * e * c, gyp + i * steps * o,
-                               read ? gyrp + i * steps * o : nullptr, gxp + i * steps * e,
-                               read ? gxrp + i * steps * e : nullptr, steps, e, c, o);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t bi = i / nh, hi = i % nh;
+        const int64_t xo = bi * steps * xs + hi * e, yo = bi * steps * ys + hi * o;
+        backward_one<scalar_t>(xp + xo, read ? xrp + xo : nullptr, ap + i * steps * (2 * e + 4),
+                               dp + i * steps * c, wp + i * e * c, gwp + i * e * c, gp + i * e * c, gyp + yo,
+                               read ? gyrp + yo : nullptr, gxp + xo, read ? gxrp + xo : nullptr, steps, e, c, o,
+                               xs, ys);
+      }
     });
   });
   return {g_x, g_x_read, g_w0};
