@@ -5,8 +5,9 @@
 #   FASTWEIGHTS_KEEP_TORCH=1   keep the torch already in the venv (GPU users: install CUDA torch first)
 #   RL=1                 also install the real ProcGen games (procgen2, the `rl` extra; downgrades numpy
 #                        to < 2, which the other pinned packages accept)
-#   TRITON=1             also install Triton (~290 MB; the `triton` extra): the SRWM Triton kernels for
-#                        CUDA, tested on CPU by Triton's interpreter (CI sets it)
+#   GPU=1                also install the GPU kernels' packages (the `gpu` extra: Triton ~290 MB,
+#                        fla-core, einops): the SRWM Triton kernels and flash-linear-attention's chunk
+#                        kernels for CUDA, tested on CPU by Triton's interpreter and fla's references (CI sets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -41,8 +42,8 @@ fi
 if [ "${RL:-0}" = 1 ]; then
   "$VENV/bin/pip" install -q "procgen2==0.10.7" "numpy<2"
 fi
-if [ "${TRITON:-0}" = 1 ]; then
-  "$VENV/bin/pip" install -q --no-deps "triton==3.9.0"
+if [ "${GPU:-0}" = 1 ]; then  # --no-deps: never replace the pinned torch
+  "$VENV/bin/pip" install -q --no-deps "triton==3.9.0" "fla-core==0.6.0" "einops==0.8.2"
 fi
 touch "$VENV/.installed"
 echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,7 +1,7 @@
 """The Triton SRWM kernels run by Triton's interpreter on CPU (``TRITON_INTERPRET=1``) against the
 per-step reference: fp64 outputs, final state and gradients (odd lengths, a head size that is not a
 power of two, a wide y block, carried state, an empty sequence), gradcheck, float32; the CUDA dispatch
-on a GPU. Skipped without Triton (``TRITON=1 bash scripts/setup.sh`` installs it; CI does)."""
+on a GPU. Skipped without Triton (``GPU=1 bash scripts/setup.sh`` installs it; CI does)."""
 
 from __future__ import annotations
 

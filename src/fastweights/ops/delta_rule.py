@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastweights.ops import fla
 from fastweights.ops._common import (
     check_chunk_size,
     check_finite,
@@ -152,6 +153,8 @@ def delta_rule(
     """
     check_delta_rule_inputs(q, k, v, beta, initial_state)
     check_chunk_size(chunk_size)
+    if fla.enabled(q):  # opt-in: fla's chunk kernels on CUDA half inputs (ops/fla.py)
+        return fla.fla_delta_rule(q, k, v, beta, initial_state, output_final_state)
     dtype = compute_dtype(q.dtype)
     b, t, h, dk = q.shape
     dv = v.shape[-1]

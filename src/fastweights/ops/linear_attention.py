@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastweights.ops import fla
 from fastweights.ops._common import (
     check_chunk_size,
     check_qkv_state,
@@ -131,6 +132,8 @@ def linear_attention(
     """
     check_linear_attention_inputs(q, k, v, initial_state)
     check_chunk_size(chunk_size)
+    if fla.enabled(q):  # opt-in: fla's chunk kernels on CUDA half inputs (ops/fla.py)
+        return fla.fla_linear_attention(q, k, v, initial_state, output_final_state)
     dtype = compute_dtype(q.dtype)
     b, t, h, _ = q.shape
     dv = v.shape[-1]
