@@ -287,9 +287,7 @@ def _train_or_eval(args: argparse.Namespace, module: Any) -> None:
         w = distributed.world()
         if w.distributed:  # every rank has finished; only rank 0 reports and evaluates
             distributed.barrier(w)
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+            distributed.shutdown()
             if not w.main:
                 return
         print(f"trained {summary['step']} steps in {summary['minutes']:.1f} min; run folder: {run_dir}")
@@ -325,8 +323,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _guarded(fn: Callable[[], None]) -> int:
+    from fastweights.train.distributed import RankStopped, shutdown
+
     try:
         fn()
+    except RankStopped:  # under torchrun: rank 0 failed and printed why
+        return 2
     except (ValueError, FileNotFoundError, FileExistsError, ImportError) as err:  # incl. RunFolderError;
         # ImportError: an optional extra that is not installed (e.g. procgen2 for env.suite=procgen)
         print(f"fastweights: error: {err}", file=sys.stderr)
@@ -338,6 +340,8 @@ def _guarded(fn: Callable[[], None]) -> int:
     except KeyboardInterrupt:
         print("fastweights: interrupted; the latest checkpoint was saved (use --resume)", file=sys.stderr)
         return 130
+    finally:
+        shutdown()  # a torchrun process group left open aborts the process at exit
     return 0
 
 

@@ -108,7 +108,7 @@ def test_two_ranks_with_half_batches_equal_one_process_with_the_whole_batch(tmp_
     assert [r["v"] for r in records] == [0.0]
 
 
-def _torchrun(args: list[str], cache: Path) -> subprocess.CompletedProcess:
+def _torchrun(args: list[str]) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += ["-m", "fastweights.cli", *args]
     env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
@@ -125,12 +125,12 @@ def test_a_two_rank_recipe_run_resumes_exactly(tmp_path):
     cache = tmp_path / "cache"
     base = ["fewshot", "train", "--preset", "smoke", f"data.cache_dir={cache}", "train.threads=1"]
     full, split = tmp_path / "full", tmp_path / "split"
-    res = _torchrun([*base, "--run-dir", str(full)], cache)
+    res = _torchrun([*base, "--run-dir", str(full)])
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("trained 6 steps") == 1  # rank 0 alone reports
-    res = _torchrun([*base, "--run-dir", str(split), "train.max_steps=3"], cache)
+    res = _torchrun([*base, "--run-dir", str(split), "train.max_steps=3"])
     assert res.returncode == 0, res.stderr[-3000:]
-    res = _torchrun([*base, "--run-dir", str(split), "--resume", "train.max_steps=6"], cache)
+    res = _torchrun([*base, "--run-dir", str(split), "--resume", "train.max_steps=6"])
     assert res.returncode == 0, res.stderr[-3000:]
     a = torch.load(full / "checkpoints" / "latest.pt", weights_only=False)
     b = torch.load(split / "checkpoints" / "latest.pt", weights_only=False)
@@ -232,3 +232,17 @@ def test_without_torchrun_everything_is_single_process(monkeypatch):
     assert distributed.all_mean([1.5], w) == [1.5]
     assert distributed.broadcast_object({"a": 1}, w) == {"a": 1}
     assert distributed.gather_objects(3, w) == [3]
+
+
+def test_a_bad_global_batch_stops_every_rank_with_one_line(tmp_path):
+    run = tmp_path / "run"
+    args = ["fewshot", "train", "--preset", "smoke", "--run-dir", str(run), f"data.cache_dir={tmp_path}"]
+    res = _torchrun([*args, "train.batch_size=3"])
+    assert res.returncode != 0
+    errors = [line for line in res.stderr.splitlines() if line.startswith("fastweights: error:")]
+    assert errors == [
+        "fastweights: error: train.batch_size: expected a multiple of the 2 ranks (torchrun --nproc_per_node "
+        "x nodes), got 3"
+    ]
+    assert "[rank1]" not in res.stderr and "SIGABRT" not in res.stderr  # rank 1 leaves quietly
+    assert not run.exists()

@@ -120,14 +120,29 @@ def _reference(
 # --------------------------------------------------------------------------------------- dual form
 
 
-def _dual_layer(x, keys, g, lr_j, s_i, tril, w, b, acc_w, acc_b, has_acc: bool) -> Tensor:
-    """``x W_i + b_i`` for every row i, with ``W_i = W - s_i (acc_W + sum_{j<=i} lr_j keys_j^T g_j)`` and
-    ``b_i = b - s_i (acc_b + sum_{j<=i} lr_j g_j)``, without materialising ``W_i`` (dual form, §2.5)."""
-    attn = ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(~tril, 0.0)
-    upd = attn @ g + torch.cumsum(lr_j.unsqueeze(-1) * g, dim=2)
+def _causal_attention(x: Tensor, keys: Tensor, lr_j: Tensor, tril: Tensor) -> Tensor:
+    """``A[i, j] = lr_j (x_i . keys_j)`` for ``j <= i``, else 0; ``x, keys [..., n, D]``,
+    ``lr_j [..., n]``."""
+    return ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(~tril, 0.0)
+
+
+def _dual_update(xw_b, x, attn, g, lr_g, s_i, acc_w, acc_b, has_acc: bool) -> Tensor:
+    """``x W_i + b_i`` for every row i from ``xw_b = x W + b``, with ``W_i = W - s_i (acc_W + sum_{j<=i}
+    lr_j keys_j^T g_j)`` and ``b_i = b - s_i (acc_b + sum_{j<=i} lr_j g_j)``, without materialising
+    ``W_i`` (dual form, §2.5); ``attn`` from :func:`_causal_attention`, ``lr_g = lr_j g_j``."""
+    upd = attn @ g + torch.cumsum(lr_g, dim=-2)
     if has_acc:
         upd = upd + x @ acc_w + acc_b
-    return x @ w + b - s_i * upd
+    return xw_b - s_i * upd
+
+
+def _full_runs(segments: list[tuple[int, int, int]], mbs: int) -> tuple[int, int]:
+    """(index of the first whole mini-batch among ``segments``, how many follow it consecutively)."""
+    first = next((i for i, (_, n, _) in enumerate(segments) if n == mbs), len(segments))
+    count = 0
+    while first + count < len(segments) and segments[first + count][1] == mbs:
+        count += 1
+    return first, count
 
 
 def _dual(
@@ -150,47 +165,76 @@ def _dual(
     )
     mbs = s.shape[0]
     mlp = names == _MLP
+    b, h, t, d = qh.shape
     with torch.autocast(q.device.type, enabled=False):
         ws = {n: state[f"{n}_states"] for n in names}
         acc = {n: state[f"{n}_grad"] for n in names}
         has_acc = state["offset"] > 0
-        outs = []
-        for start, n, pos in _segments(state["offset"], qh.shape[2], mbs):
-            Q, K, V = (x[:, :, start : start + n] for x in (qh, kh, vh))  # [B, H, n, D]
+        segments = list(_segments(state["offset"], t, mbs))
+        # what does not depend on the inner weights is computed for all whole mini-batches at once:
+        # the first layer's causal attention and the stacked [keys; queries] of each mini-batch
+        first, count = _full_runs(segments, mbs)
+        if count:
+            lo, hi = segments[first][0], segments[first][0] + count * mbs
+
+            def blocks(x: Tensor) -> Tensor:
+                return x[:, :, lo:hi].reshape(b, h, count, mbs, *x.shape[3:])
+
+            qb, kb = blocks(qh), blocks(kh)
+            tril_full = torch.ones(mbs, mbs, dtype=torch.bool, device=qh.device).tril()
+            attn_full = _causal_attention(qb, kb, blocks(lrh), tril_full)
+            kq_full = torch.cat([kb, qb], dim=3)  # [B, H, N, 2 mbs, D]
+        shifted_all = lnb - (vh - kh)  # bias - target of the inner loss (see _ln_l2_grad)
+        zs = []
+        for i, (start, n, pos) in enumerate(segments):
+            Q, K, shifted = (x[:, :, start : start + n] for x in (qh, kh, shifted_all))  # [B, H, n, D]
             lr_j = lrh[:, :, start : start + n]  # [B, H, n]
             s_i = s[pos : pos + n, None]  # [n, 1]
-            tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
-            # gradients of every token at the mini-batch start weights
-            z1 = K @ ws["W1"] + ws["b1"]
+            if count and first <= i < first + count:
+                attn1, kq = attn_full[:, :, i - first], kq_full[:, :, i - first]
+            else:
+                tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
+                attn1, kq = _causal_attention(Q, K, lr_j, tril), torch.cat([K, Q], dim=2)
+            # one matmul for the keys (the inner gradients at the mini-batch start) and the queries
+            zz = kq @ ws["W1"] + ws["b1"]
+            z1, zq = zz[:, :, :n], zz[:, :, n:]
             if mlp:
                 x2 = _gelu(z1)
-                g2 = _ln_l2_grad(x2 @ ws["W2"] + ws["b2"], V - K, lnw, lnb, eps)
+                g2 = _ln_l2_grad(x2 @ ws["W2"] + ws["b2"], shifted, lnw, eps)
                 g1 = (g2 @ ws["W2"].transpose(-2, -1)) * (
                     _gelu_tanh_grad_exact(z1) if exact else _gelu_tanh_grad(z1)
                 )
             else:
-                g1 = _ln_l2_grad(z1, V - K, lnw, lnb, eps)
-
-            z = _dual_layer(Q, K, g1, lr_j, s_i, tril, ws["W1"], ws["b1"], acc["W1"], acc["b1"], has_acc)
-            if mlp:
-                z = _dual_layer(
-                    _gelu(z), x2, g2, lr_j, s_i, tril, ws["W2"], ws["b2"], acc["W2"], acc["b2"], has_acc
-                )
-            outs.append(Q + _ln(z, lnw, lnb, eps))
-            # running gradient sums, then the boundary update
+                g1 = _ln_l2_grad(z1, shifted, lnw, eps)
             lrg1 = lr_j.unsqueeze(-1) * g1
+            z = _dual_update(zq, Q, attn1, g1, lrg1, s_i, acc["W1"], acc["b1"], has_acc)
             new = {"W1": K.transpose(-2, -1) @ lrg1, "b1": lrg1.sum(dim=2, keepdim=True)}
             if mlp:
+                x = _gelu(z)
+                tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
                 lrg2 = lr_j.unsqueeze(-1) * g2
+                z = _dual_update(
+                    x @ ws["W2"] + ws["b2"],
+                    x,
+                    _causal_attention(x, x2, lr_j, tril),
+                    g2,
+                    lrg2,
+                    s_i,
+                    acc["W2"],
+                    acc["b2"],
+                    has_acc,
+                )
                 new.update(W2=x2.transpose(-2, -1) @ lrg2, b2=lrg2.sum(dim=2, keepdim=True))
+            zs.append(z)
+            # running gradient sums, then the boundary update
             acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}
             has_acc = True
             if pos + n == mbs:
                 ws = {m: ws[m] - s[mbs - 1] * acc[m] for m in names}
                 acc = {m: torch.zeros_like(acc[m]) for m in names}
                 has_acc = False
-        o = torch.cat(outs, dim=2) if outs else qh.clone()
-    offset = (state["offset"] + qh.shape[2]) % mbs
+        o = qh + _ln(torch.cat(zs, dim=2), lnw, lnb, eps) if zs else qh.clone()
+    offset = (state["offset"] + t) % mbs
     final = {
         "offset": offset,
         **{f"{m}_states": ws[m] for m in names},

@@ -386,7 +386,7 @@ def start_run(
     its result is :attr:`RecipeRun.data`.
 
     Under torchrun (:mod:`fastweights.train.distributed`) rank 0 does all of the above; the other ranks
-    wait for its final config (or its error, raised there as ``RuntimeError``), then load their own
+    wait for its final config (or its error, raised there as ``RankStopped``), then load their own
     data. Every rank gets its share of the batch and its own seed (:class:`RecipeRun`).
     """
     run_dir = Path(run_dir)
@@ -418,7 +418,7 @@ def start_run(
     else:
         received = distributed.broadcast_object(None, w)
         if "error" in received:
-            raise RuntimeError(f"rank 0 stopped: {received['error']}")
+            raise distributed.RankStopped(f"rank 0 stopped: {received['error']}")
         cfg = received["cfg"]
         check_all(cfg)
     local = distributed.rank_config(cfg, w)

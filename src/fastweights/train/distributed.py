@@ -44,7 +44,14 @@ __all__ = [
     "gather_objects",
     "all_mean",
     "barrier",
+    "shutdown",
+    "RankStopped",
 ]
+
+
+class RankStopped(RuntimeError):
+    """Raised on the other ranks when rank 0 stopped before training (it reports why; the CLI exits
+    with code 2 and no message on these ranks)."""
 
 
 @dataclass(frozen=True)
@@ -203,3 +210,9 @@ def gather_objects(obj: Any, w: World) -> list[Any]:
 def barrier(w: World) -> None:
     if w.distributed:
         dist.barrier()
+
+
+def shutdown() -> None:
+    """Leave the process group, if this process joined one (idempotent)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
