@@ -8,19 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastweights.ops import srwm_cpu, srwm_reference
-from fastweights.ops.srwm import srwm_num_columns
+from fastweights.ops import srwm_cpu
 from fastweights.ops.srwm_autograd import _SRWMFunction
+from tests.ops.srwm_cases import assert_same_values_and_gradients, srwm_case, srwm_reference_from
 
 pytestmark = pytest.mark.skipif(not srwm_cpu.available(), reason="the fused CPU SRWM kernel did not build")
-
-
-def _case(b, t, h, e, d_out=None, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    c = srwm_num_columns(e, d_out)
-    x = torch.randn(b, t, h, e, generator=g, dtype=dtype).requires_grad_()
-    w0 = (0.3 * torch.randn(b, h, e, c, generator=g, dtype=dtype)).requires_grad_()
-    return x, w0
 
 
 def _fused(x, w0):
@@ -29,30 +21,14 @@ def _fused(x, w0):
     return y, w
 
 
-def _reference(x, w0, d_out):
-    # the reference takes slow weights [H, E, C] and a per-sequence initial state (which it starts from)
-    zero = torch.zeros_like(w0[0])
-    return srwm_reference(x, zero, initial_state=w0, output_final_state=True, d_out=d_out)
-
-
 @pytest.mark.parametrize(("t", "d_out"), [(1, None), (7, None), (65, None), (130, None), (9, 13)])
 def test_fused_cpu_equals_the_reference_fp64(t, d_out):
-    x, w0 = _case(2, t, 3, 4, d_out)
-    y, w = _fused(x, w0)
-    y_ref, w_ref = _reference(x, w0, d_out)
-    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(w, w_ref, rtol=1e-10, atol=1e-10)
-    g = torch.Generator().manual_seed(1)
-    gy = torch.randn(y.shape, generator=g, dtype=y.dtype)
-    gw = torch.randn(w.shape, generator=g, dtype=w.dtype)
-    grads = torch.autograd.grad((y * gy).sum() + (w * gw).sum(), (x, w0))
-    grads_ref = torch.autograd.grad((y_ref * gy).sum() + (w_ref * gw).sum(), (x, w0))
-    for a, b in zip(grads, grads_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    x, w0 = srwm_case(2, t, 3, 4, d_out)
+    assert_same_values_and_gradients(_fused(x, w0), srwm_reference_from(x, w0, d_out), (x, w0), rtol=1e-9)
 
 
 def test_carried_state_equals_one_call():
-    x, w0 = _case(2, 11, 2, 4)
+    x, w0 = srwm_case(2, 11, 2, 4)
     y, w = _fused(x, w0)
     y1, w1 = _fused(x[:, :5], w0)
     y2, w2 = _fused(x[:, 5:], w1)
@@ -66,14 +42,14 @@ def test_carried_state_equals_one_call():
 
 
 def test_gradcheck_tiny_fp64():
-    x, w0 = _case(1, 4, 2, 3)
+    x, w0 = srwm_case(1, 4, 2, 3)
     assert torch.autograd.gradcheck(_fused, (x, w0))
 
 
 def test_float32_matches_the_reference():
-    x, w0 = _case(2, 33, 2, 8, dtype=torch.float32)
+    x, w0 = srwm_case(2, 33, 2, 8, dtype=torch.float32)
     y, w = _fused(x, w0)
-    y_ref, w_ref = _reference(x, w0, None)
+    y_ref, w_ref = srwm_reference_from(x, w0, None)
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
 
@@ -83,7 +59,7 @@ def test_dispatch_from_the_public_op_and_the_layer(monkeypatch):
     from fastweights.ops import srwm
     from fastweights.ops import srwm_cpu as kernel
 
-    x, w0 = _case(2, 9, 3, 4)
+    x, w0 = srwm_case(2, 9, 3, 4)
     weight = w0[0].detach().requires_grad_()
     calls = []
     real = kernel.srwm_fused_cpu
@@ -112,7 +88,7 @@ def _fast_path_with_reads(x, x_read, w0):
 
 @pytest.mark.parametrize(("t", "e", "d_out"), [(1, 4, None), (8, 5, None), (67, 4, None), (9, 3, 21)])
 def test_read_stream_equals_the_fast_path_fp64(t, e, d_out):
-    x, w0 = _case(2, t, 3, e, d_out)
+    x, w0 = srwm_case(2, t, 3, e, d_out)
     x_read = torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=x.dtype).requires_grad_()
     y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0, x_read)
     y_f, y_read_f, w_f = _fast_path_with_reads(x, x_read, w0)
@@ -129,7 +105,7 @@ def test_read_stream_equals_the_fast_path_fp64(t, e, d_out):
 
 
 def test_read_stream_gradient_only_through_y_read_and_carried_state():
-    x, w0 = _case(1, 6, 2, 3)
+    x, w0 = srwm_case(1, 6, 2, 3)
     x_read = torch.randn(x.shape, dtype=x.dtype).requires_grad_()
     y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0, x_read)
     grads = torch.autograd.grad(y_read.sum(), (x, x_read, w0))
@@ -145,7 +121,7 @@ def test_read_stream_gradient_only_through_y_read_and_carried_state():
 
 
 def test_gradcheck_tiny_fp64_with_reads():
-    x, w0 = _case(1, 3, 2, 3)
+    x, w0 = srwm_case(1, 3, 2, 3)
     x_read = torch.randn(x.shape, dtype=x.dtype).requires_grad_()
     assert torch.autograd.gradcheck(srwm_cpu.srwm_fused_cpu, (x, w0, x_read))
 
@@ -154,7 +130,7 @@ def test_dispatch_of_srwm_with_reads(monkeypatch):
     from fastweights.ops import srwm_cpu as kernel
     from fastweights.ops.srwm import srwm_with_reads
 
-    x, w0 = _case(2, 7, 2, 4)
+    x, w0 = srwm_case(2, 7, 2, 4)
     weight = w0[0].detach()
     x_read = torch.randn(x.shape, dtype=x.dtype)
     calls = []
@@ -191,7 +167,7 @@ def test_a_failed_build_falls_back_to_the_fast_path_with_one_log_line(monkeypatc
     monkeypatch.setattr(srwm_cpu, "_build", no_compiler)
     with caplog.at_level("WARNING", logger="fastweights.ops.srwm_cpu"):
         assert not srwm_cpu.available() and not srwm_cpu.enabled()
-        x, w0 = _case(1, 5, 2, 3)
+        x, w0 = srwm_case(1, 5, 2, 3)
         y, _ = srwm(x, w0[0], output_final_state=True)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
@@ -204,7 +180,7 @@ def test_a_failed_build_falls_back_to_the_fast_path_with_one_log_line(monkeypatc
 
 
 def test_an_empty_sequence_keeps_the_state():
-    x, w0 = _case(2, 0, 2, 3)
+    x, w0 = srwm_case(2, 0, 2, 3)
     x_read = torch.randn(x.shape, dtype=x.dtype).requires_grad_()
     y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0, x_read)
     assert y.shape == (2, 0, 2, 3) and y_read.shape == (2, 0, 2, 3)

@@ -9,41 +9,23 @@ import pytest
 import torch
 
 pytest.importorskip("triton")  # TRITON_INTERPRET=1 on CPU-only machines: tests/conftest.py
-from fastweights.ops import srwm_reference, srwm_triton  # noqa: E402
-from fastweights.ops.srwm import srwm_num_columns  # noqa: E402
-
-
-def _case(b, t, h, e, d_out=None, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    c = srwm_num_columns(e, d_out)
-    x = torch.randn(b, t, h, e, generator=g, dtype=dtype).requires_grad_()
-    w0 = (0.3 * torch.randn(b, h, e, c, generator=g, dtype=dtype)).requires_grad_()
-    return x, w0
-
-
-def _reference(x, w0, d_out=None):
-    zero = torch.zeros_like(w0[0])
-    return srwm_reference(x, zero, initial_state=w0, output_final_state=True, d_out=d_out)
+from fastweights.ops import srwm_triton  # noqa: E402
+from tests.ops.srwm_cases import (  # noqa: E402
+    assert_same_values_and_gradients,
+    srwm_case,
+    srwm_reference_from,
+)
 
 
 @pytest.mark.parametrize(("t", "e", "d_out"), [(1, 4, None), (7, 5, None), (65, 4, None), (9, 3, 13)])
 def test_triton_equals_the_reference_fp64(t, e, d_out):
-    x, w0 = _case(2, t, 2, e, d_out)
-    y, w = srwm_triton.srwm_fused_triton(x, w0)
-    y_ref, w_ref = _reference(x, w0, d_out)
-    torch.testing.assert_close(y, y_ref, rtol=1e-11, atol=1e-11)
-    torch.testing.assert_close(w, w_ref, rtol=1e-11, atol=1e-11)
-    g = torch.Generator().manual_seed(1)
-    gy = torch.randn(y.shape, generator=g, dtype=y.dtype)
-    gw = torch.randn(w.shape, generator=g, dtype=w.dtype)
-    grads = torch.autograd.grad((y * gy).sum() + (w * gw).sum(), (x, w0))
-    grads_ref = torch.autograd.grad((y_ref * gy).sum() + (w_ref * gw).sum(), (x, w0))
-    for a, b in zip(grads, grads_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    x, w0 = srwm_case(2, t, 2, e, d_out)
+    fused = srwm_triton.srwm_fused_triton(x, w0)
+    assert_same_values_and_gradients(fused, srwm_reference_from(x, w0, d_out), (x, w0), rtol=1e-10)
 
 
 def test_carried_state_equals_one_call():
-    x, w0 = _case(1, 9, 2, 4)
+    x, w0 = srwm_case(1, 9, 2, 4)
     y, w = srwm_triton.srwm_fused_triton(x, w0)
     y1, w1 = srwm_triton.srwm_fused_triton(x[:, :4], w0)
     y2, w2 = srwm_triton.srwm_fused_triton(x[:, 4:], w1)
@@ -56,20 +38,20 @@ def test_carried_state_equals_one_call():
 
 
 def test_gradcheck_tiny_fp64():
-    x, w0 = _case(1, 3, 1, 3)
+    x, w0 = srwm_case(1, 3, 1, 3)
     assert torch.autograd.gradcheck(srwm_triton.srwm_fused_triton, (x, w0))
 
 
 def test_float32_matches_the_reference():
-    x, w0 = _case(1, 17, 2, 8, dtype=torch.float32)
+    x, w0 = srwm_case(1, 17, 2, 8, dtype=torch.float32)
     y, w = srwm_triton.srwm_fused_triton(x, w0)
-    y_ref, w_ref = _reference(x, w0)
+    y_ref, w_ref = srwm_reference_from(x, w0)
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
 
 
 def test_an_empty_sequence_keeps_the_state():
-    x, w0 = _case(1, 0, 2, 3)
+    x, w0 = srwm_case(1, 0, 2, 3)
     y, w = srwm_triton.srwm_fused_triton(x, w0)
     assert y.shape == (1, 0, 2, 3)
     torch.testing.assert_close(w, w0, rtol=0, atol=0)
@@ -78,7 +60,7 @@ def test_an_empty_sequence_keeps_the_state():
 
 
 def test_unsupported_inputs_are_refused():
-    x, w0 = _case(1, 2, 1, 65, dtype=torch.float32)
+    x, w0 = srwm_case(1, 2, 1, 65, dtype=torch.float32)
     assert not srwm_triton.supports(x)
     with pytest.raises(RuntimeError, match="E <= 64, got torch.float32, E=65"):
         srwm_triton.srwm_fused_triton(x, w0)
@@ -88,7 +70,7 @@ def test_unsupported_inputs_are_refused():
 def test_cuda_dispatch_equals_the_pytorch_fast_path(monkeypatch):
     from fastweights.ops import srwm
 
-    x, w0 = _case(2, 33, 4, 16, dtype=torch.float32)
+    x, w0 = srwm_case(2, 33, 4, 16, dtype=torch.float32)
     x, weight = x.detach().cuda().requires_grad_(), w0[0].detach().cuda().requires_grad_()
     monkeypatch.setenv("FASTWEIGHTS_TRITON", "0")
     y_ref, w_ref = srwm(x, weight, output_final_state=True)

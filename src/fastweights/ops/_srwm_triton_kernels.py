@@ -26,6 +26,34 @@ def _put(base, rows, cols, row_mask, col_mask, stride, col0, value):
 
 
 @triton.jit
+def _load_blocks(base, E: tl.constexpr, O: tl.constexpr, EB: tl.constexpr, OB: tl.constexpr):
+    """The four column blocks (y, q, k, beta) of one [E, C] matrix at ``base``, zero-padded."""
+    C: tl.constexpr = O + 2 * E + 4
+    r = tl.arange(0, EB)
+    co = tl.arange(0, OB)
+    c4 = tl.arange(0, 4)
+    rm = r < E
+    y = _tile(base, r, co, rm, co < O, C, 0)
+    q = _tile(base, r, r, rm, rm, C, O)
+    k = _tile(base, r, r, rm, rm, C, O + E)
+    b = _tile(base, r, c4, rm, c4 < 4, C, O + 2 * E)
+    return y, q, k, b
+
+
+@triton.jit
+def _store_blocks(base, y, q, k, b, E: tl.constexpr, O: tl.constexpr, EB: tl.constexpr, OB: tl.constexpr):
+    C: tl.constexpr = O + 2 * E + 4
+    r = tl.arange(0, EB)
+    co = tl.arange(0, OB)
+    c4 = tl.arange(0, 4)
+    rm = r < E
+    _put(base, r, co, rm, co < O, C, 0, y)
+    _put(base, r, r, rm, rm, C, O, q)
+    _put(base, r, r, rm, rm, C, O + E, k)
+    _put(base, r, c4, rm, c4 < 4, C, O + 2 * E, b)
+
+
+@triton.jit
 def _softmax(v, mask):
     v = tl.where(mask, v, float("-inf"))
     z = tl.exp(v - tl.max(v, axis=0))
@@ -48,12 +76,7 @@ def forward(x_ptr, w0_ptr, y_ptr, act_ptr, diff_ptr, w_ptr, T, E: tl.constexpr, 
     c4 = tl.arange(0, 4)
     rm = r < E
     om = co < O
-    all4 = c4 < 4
-    base = w0_ptr + n * E * C
-    wy = _tile(base, r, co, rm, om, C, 0)
-    wq = _tile(base, r, r, rm, rm, C, O)
-    wk = _tile(base, r, r, rm, rm, C, O + E)
-    wb = _tile(base, r, c4, rm, all4, C, O + 2 * E)
+    wy, wq, wk, wb = _load_blocks(w0_ptr + n * E * C, E, O, EB, OB)
     for t in range(T):
         row = n * T + t
         xt = tl.load(x_ptr + row * E + r, mask=rm, other=0.0)
@@ -77,11 +100,7 @@ def forward(x_ptr, w0_ptr, y_ptr, act_ptr, diff_ptr, w_ptr, T, E: tl.constexpr, 
         wq += k[:, None] * (dq * _rate(beta, c4, 1))[None, :]
         wk += k[:, None] * (dk * _rate(beta, c4, 2))[None, :]
         wb += k[:, None] * (db * _rate(beta, c4, 3))[None, :]
-    out = w_ptr + n * E * C
-    _put(out, r, co, rm, om, C, 0, wy)
-    _put(out, r, r, rm, rm, C, O, wq)
-    _put(out, r, r, rm, rm, C, O + E, wk)
-    _put(out, r, c4, rm, all4, C, O + 2 * E, wb)
+    _store_blocks(w_ptr + n * E * C, wy, wq, wk, wb, E, O, EB, OB)
 
 
 @triton.jit
@@ -95,39 +114,8 @@ def backward(x_ptr, act_ptr, diff_ptr, w_ptr, gy_ptr, gw_ptr, gx_ptr, gw0_ptr, T
     c4 = tl.arange(0, 4)
     rm = r < E
     om = co < O
-    all4 = c4 < 4
-    base = w_ptr + n * E * C
-    wy = _tile(base, r, co, rm, om, C, 0)
-    wq = _tile(base, r, r, rm, rm, C, O)
-    wk = _tile(base, r, r, rm, rm, C, O + E)
-    wb = _tile(base, r, c4, rm, all4, C, O + 2 * E)
-    base = gw_ptr + n * E * C
-    gwy = _tile(base, r, co, rm, om, C, 0)
-    gwq = _tile(base, r, r, rm, rm, C, O)
-    gwk = _tile(base, r, r, rm, rm, C, O + E)
-    gwb = _tile(base, r, c4, rm, all4, C, O + 2 * E)
-    # undo the last step: W_{T-2} = W_{T-1} - k (x) u, with g_k = G u and g_u = k G
-    row = n * T + T - 1
-    k = tl.load(act_ptr + row * A + E + r, mask=rm, other=0.0)
-    beta = tl.load(act_ptr + row * A + 2 * E + c4)
-    uy = tl.load(diff_ptr + row * C + co, mask=om, other=0.0) * _rate(beta, c4, 0)
-    uq = tl.load(diff_ptr + row * C + O + r, mask=rm, other=0.0) * _rate(beta, c4, 1)
-    uk = tl.load(diff_ptr + row * C + O + E + r, mask=rm, other=0.0) * _rate(beta, c4, 2)
-    ub = tl.load(diff_ptr + row * C + O + 2 * E + c4) * _rate(beta, c4, 3)
-    wy -= k[:, None] * uy[None, :]
-    wq -= k[:, None] * uq[None, :]
-    wk -= k[:, None] * uk[None, :]
-    wb -= k[:, None] * ub[None, :]
-    gk = (
-        tl.sum(gwy * uy[None, :], axis=1)
-        + tl.sum(gwq * uq[None, :], axis=1)
-        + tl.sum(gwk * uk[None, :], axis=1)
-        + tl.sum(gwb * ub[None, :], axis=1)
-    )
-    guy = tl.sum(k[:, None] * gwy, axis=0)
-    guq = tl.sum(k[:, None] * gwq, axis=0)
-    guk = tl.sum(k[:, None] * gwk, axis=0)
-    gub = tl.sum(k[:, None] * gwb, axis=0)
+    wy, wq, wk, wb = _load_blocks(w_ptr + n * E * C, E, O, EB, OB)
+    gwy, gwq, gwk, gwb = _load_blocks(gw_ptr + n * E * C, E, O, EB, OB)
     for s in range(T):
         t = T - 1 - s
         row = n * T + t
@@ -140,6 +128,25 @@ def backward(x_ptr, act_ptr, diff_ptr, w_ptr, gy_ptr, gw_ptr, gx_ptr, gw0_ptr, T
         db = tl.load(diff_ptr + row * C + O + 2 * E + c4)
         xt = tl.load(x_ptr + row * E + r, mask=rm, other=0.0)
         gpy = tl.load(gy_ptr + row * O + co, mask=om, other=0.0)
+        # undo step t: W_{t-1} = W_t - k (x) u, with g_k = G u and g_u = k G for G = dL/dW_t
+        uy = dy * _rate(beta, c4, 0)
+        uq = dq * _rate(beta, c4, 1)
+        uk = dk * _rate(beta, c4, 2)
+        ub = db * _rate(beta, c4, 3)
+        wy -= k[:, None] * uy[None, :]
+        wq -= k[:, None] * uq[None, :]
+        wk -= k[:, None] * uk[None, :]
+        wb -= k[:, None] * ub[None, :]
+        gk = (
+            tl.sum(gwy * uy[None, :], axis=1)
+            + tl.sum(gwq * uq[None, :], axis=1)
+            + tl.sum(gwk * uk[None, :], axis=1)
+            + tl.sum(gwb * ub[None, :], axis=1)
+        )
+        guy = tl.sum(k[:, None] * gwy, axis=0)
+        guq = tl.sum(k[:, None] * gwq, axis=0)
+        guk = tl.sum(k[:, None] * gwk, axis=0)
+        gub = tl.sum(k[:, None] * gwb, axis=0)
         gdy = guy * _rate(beta, c4, 0)
         gdq = guq * _rate(beta, c4, 1)
         gdk = guk * _rate(beta, c4, 2)
@@ -172,31 +179,4 @@ def backward(x_ptr, act_ptr, diff_ptr, w_ptr, gy_ptr, gw_ptr, gx_ptr, gw0_ptr, T
         gwq += qmk[:, None] * gdq[None, :] + xt[:, None] * gpq[None, :]
         gwk += qmk[:, None] * gdk[None, :] + xt[:, None] * gpk[None, :]
         gwb += qmk[:, None] * gdb[None, :] + xt[:, None] * gpb[None, :]
-        # undo step t - 1 (a zero update at t = 0, whose g_k and g_u are not used)
-        keep = tl.where(t > 0, 1.0, 0.0)
-        prev = n * T + tl.maximum(t - 1, 0)
-        kp = tl.load(act_ptr + prev * A + E + r, mask=rm, other=0.0) * keep
-        beta = tl.load(act_ptr + prev * A + 2 * E + c4)
-        uy = tl.load(diff_ptr + prev * C + co, mask=om, other=0.0) * _rate(beta, c4, 0)
-        uq = tl.load(diff_ptr + prev * C + O + r, mask=rm, other=0.0) * _rate(beta, c4, 1)
-        uk = tl.load(diff_ptr + prev * C + O + E + r, mask=rm, other=0.0) * _rate(beta, c4, 2)
-        ub = tl.load(diff_ptr + prev * C + O + 2 * E + c4) * _rate(beta, c4, 3)
-        wy -= kp[:, None] * uy[None, :]
-        wq -= kp[:, None] * uq[None, :]
-        wk -= kp[:, None] * uk[None, :]
-        wb -= kp[:, None] * ub[None, :]
-        gk = (
-            tl.sum(gwy * uy[None, :], axis=1)
-            + tl.sum(gwq * uq[None, :], axis=1)
-            + tl.sum(gwk * uk[None, :], axis=1)
-            + tl.sum(gwb * ub[None, :], axis=1)
-        )
-        guy = tl.sum(kp[:, None] * gwy, axis=0)
-        guq = tl.sum(kp[:, None] * gwq, axis=0)
-        guk = tl.sum(kp[:, None] * gwk, axis=0)
-        gub = tl.sum(kp[:, None] * gwb, axis=0)
-    out = gw0_ptr + n * E * C
-    _put(out, r, co, rm, om, C, 0, gwy)
-    _put(out, r, r, rm, rm, C, O, gwq)
-    _put(out, r, r, rm, rm, C, O + E, gwk)
-    _put(out, r, c4, rm, all4, C, O + 2 * E, gwb)
+    _store_blocks(gw0_ptr + n * E * C, gwy, gwq, gwk, gwb, E, O, EB, OB)

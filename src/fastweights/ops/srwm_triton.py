@@ -6,8 +6,8 @@ The matrix ``W [E, C]`` is held as four tiles, one per block of columns ``y | q 
 (``[E, d_out]``, ``[E, E]``, ``[E, E]``, ``[E, 4]``, padded to powers of two), so each step is four
 matrix-vector products for the projection, four for ``(q - k) W`` and four rank-1 updates, with no
 round trip to global memory. The backward walks the sequence in reverse, undoing each update
-(``W_{t-1} = W_t - k_t ⊗ u_t``) and accumulating ``dL/dW`` in four more tiles, exactly as the CPU
-kernel (:mod:`fastweights.ops.srwm_cpu`) and the PyTorch fast path do; the same per-step vectors are
+(``W_{t-1} = W_t - k_t ⊗ u_t``) and accumulating ``dL/dW`` in four more tiles, the same math as the CPU
+kernel (:mod:`fastweights.ops.srwm_cpu`) and the PyTorch fast path; the same per-step vectors are
 saved (``act`` = softmaxed ``q | k`` and sigmoid ``beta``, ``diff`` = ``(q - k) W_{t-1}``). float32 and
 float64; ``E`` up to 64 (:data:`MAX_HEAD_DIM`); no read-only stream.
 
