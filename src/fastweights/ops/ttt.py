@@ -174,25 +174,31 @@ def _dual(
         # what does not depend on the inner weights is computed for all whole mini-batches at once:
         # the first layer's causal attention and the stacked [keys; queries] of each mini-batch
         first, count = _full_runs(segments, mbs)
+        shifted_all = lnb - (vh - kh)  # bias - target of the inner loss (see _ln_l2_grad)
+        whole: dict[int, tuple[Tensor, ...]] = {}
         if count:
             lo, hi = segments[first][0], segments[first][0] + count * mbs
 
             def blocks(x: Tensor) -> Tensor:
                 return x[:, :, lo:hi].reshape(b, h, count, mbs, *x.shape[3:])
 
-            qb, kb = blocks(qh), blocks(kh)
+            kq_full = torch.cat([blocks(kh), blocks(qh)], dim=3)  # [B, H, N, 2 mbs, D]
+            kb, qb = kq_full[:, :, :, :mbs], kq_full[:, :, :, mbs:]  # views: one copy of q and k
             tril_full = torch.ones(mbs, mbs, dtype=torch.bool, device=qh.device).tril()
-            attn_full = _causal_attention(qb, kb, blocks(lrh), tril_full)
-            kq_full = torch.cat([kb, qb], dim=3)  # [B, H, N, 2 mbs, D]
-        shifted_all = lnb - (vh - kh)  # bias - target of the inner loss (see _ln_l2_grad)
+            lr_b = blocks(lrh)
+            attn = _causal_attention(qb, kb, lr_b, tril_full)
+            per_block = (qb, kb, blocks(shifted_all), lr_b, attn, kq_full)
+            # unbind, not indexing: its backward stacks the blocks' gradients once
+            for j, views in enumerate(zip(*(x.unbind(2) for x in per_block), strict=True)):
+                whole[first + j] = views
         zs = []
         for i, (start, n, pos) in enumerate(segments):
-            Q, K, shifted = (x[:, :, start : start + n] for x in (qh, kh, shifted_all))  # [B, H, n, D]
-            lr_j = lrh[:, :, start : start + n]  # [B, H, n]
             s_i = s[pos : pos + n, None]  # [n, 1]
-            if count and first <= i < first + count:
-                attn1, kq = attn_full[:, :, i - first], kq_full[:, :, i - first]
+            if i in whole:
+                Q, K, shifted, lr_j, attn1, kq = whole.pop(i)
             else:
+                Q, K, shifted = (x[:, :, start : start + n] for x in (qh, kh, shifted_all))  # [B, H, n, D]
+                lr_j = lrh[:, :, start : start + n]  # [B, H, n]
                 tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
                 attn1, kq = _causal_attention(Q, K, lr_j, tril), torch.cat([K, Q], dim=2)
             # one matmul for the keys (the inner gradients at the mini-batch start) and the queries
