@@ -8,6 +8,7 @@ Math: Sun et al., arXiv 2407.04620, §2.1-§2.5 and §2.7, as implemented in ttt
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -131,32 +132,95 @@ def _ln(z: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
     return (z - mu) / torch.sqrt(var + eps) * weight + bias
 
 
-def _ln_l2_grad(z: Tensor, shifted_target: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """``d/dz 1/2 ||LN(z) - target||^2`` by the analytic LN backward (reference ``ln_fused_l2_bwd``), with
-    ``shifted_target = bias - target`` (precomputed for the whole sequence by the callers); written with
-    few ops (``var_mean``, ``rsqrt``, ``addcmul``): it runs once per mini-batch, forward and backward."""
-    d = z.shape[-1]
-    var, mu = torch.var_mean(z, dim=-1, keepdim=True, unbiased=False)
-    rstd = torch.rsqrt(var + eps)
-    x_hat = (z - mu) * rstd
-    g_xhat = torch.addcmul(shifted_target, weight, x_hat) * weight
+class _LNL2Grad(torch.autograd.Function):
+    """``d/dz 1/2 ||LN(z) - target||^2`` with ``shifted = bias - target`` (reference ``ln_fused_l2_bwd``),
+    with a hand-derived backward that saves three tensors per call (``x_hat``, ``a = w x_hat + shifted``
+    and ``1/std``) instead of autograd's ~ten: it runs once per mini-batch, so this is most of the dual
+    form's saved memory.
+
+    With ``x_hat = (z - mean) r``, ``r = (var + eps)^-1/2``, ``gamma = a w`` and
+    ``M(v) = r/D (D v - sum(v) - x_hat sum(v x_hat))`` (symmetric, the LayerNorm backward map), the
+    output is ``g = M(gamma)``. For an upstream ``G``: ``A = M(G)``; ``dL/dshifted = w A``;
+    ``dL/dw = (a + w x_hat) A``; ``dL/dx_hat = w^2 A - r/D (G sum(gamma x_hat) + gamma sum(G x_hat))``;
+    ``dL/dr = sum(G h) / D`` with ``h = g D / r``; then back through ``x_hat = (z - mean) r`` and ``r``
+    (tested against autograd of the plain formula and by gradcheck, tests/ops/test_ttt_inner.py).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, shifted: Tensor, weight: Tensor, eps: float) -> Tensor:
+        var, mu = torch.var_mean(z, dim=-1, keepdim=True, unbiased=False)
+        r = torch.rsqrt(var + eps)
+        x_hat = (z - mu) * r
+        a = torch.addcmul(shifted, weight, x_hat)
+        ctx.save_for_backward(x_hat, a, r, weight)
+        return _ln_backward_map(a * weight, x_hat, r)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        x_hat, a, r, w = ctx.saved_tensors
+        d = x_hat.shape[-1]
+        gamma = a * w
+        big_a = _ln_backward_map(g, x_hat, r)
+        g_x_hat = (w * w) * big_a - (r / d) * (
+            g * (gamma * x_hat).sum(-1, keepdim=True) + gamma * (g * x_hat).sum(-1, keepdim=True)
+        )
+        g_r = (g * _ln_backward_map(gamma, x_hat, r)).sum(-1, keepdim=True) / r
+        g_u = r * g_x_hat - (r * r / d) * x_hat * (g_r + (g_x_hat * x_hat).sum(-1, keepdim=True) / r)
+        g_z = g_u - g_u.mean(dim=-1, keepdim=True)
+        g_w = ((a + w * x_hat) * big_a).sum_to_size(w.shape)
+        return g_z, w * big_a, g_w, None
+
+
+def _ln_backward_map(v: Tensor, x_hat: Tensor, r: Tensor) -> Tensor:
+    """``r/D (D v - sum(v) - x_hat sum(v x_hat))`` over the last dim (the LayerNorm backward)."""
+    d = v.shape[-1]
     inner = torch.addcmul(
-        d * g_xhat - g_xhat.sum(dim=-1, keepdim=True), x_hat, (g_xhat * x_hat).sum(-1, True), value=-1
+        d * v - v.sum(dim=-1, keepdim=True), x_hat, (v * x_hat).sum(-1, keepdim=True), value=-1
     )
-    return inner * (rstd / d)
+    return inner * (r / d)
+
+
+def _ln_l2_grad(z: Tensor, shifted_target: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """``d/dz 1/2 ||LN(z) - target||^2`` by the analytic LN backward, ``shifted_target = bias - target``
+    (precomputed for the whole sequence by the callers); see :class:`_LNL2Grad`."""
+    return _LNL2Grad.apply(z, shifted_target, weight, eps)
+
+
+class _GeluTanhGrad(torch.autograd.Function):
+    """``f(x) = d/dx GELU_tanh(x) = 0.5 x (1 - t^2)(c + k x^2) + 0.5 (1 + t)``, with
+    ``t = tanh(c x (1 + a x^2))`` and given constants ``(c, a, k)``. Its backward is its own derivative,
+    saving ``x`` and ``t`` instead of autograd's dozen intermediates per mini-batch:
+    ``f'(x) = (1 - t^2) [0.5 p + k x^2 - x t p u' + 0.5 u']`` with ``p = c + k x^2`` and
+    ``u' = c (1 + 3 a x^2)`` (gradcheck: tests/ops/test_ttt_inner.py)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, c: float, a: float, k: float) -> Tensor:
+        t = torch.tanh(c * x * (1 + a * x * x))
+        ctx.save_for_backward(x, t)
+        ctx.constants = (c, a, k)
+        x2 = x * x
+        return 0.5 * x * ((1 - t * t) * (c + k * x2)) + 0.5 * (1 + t)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None, None]:
+        x, t = ctx.saved_tensors
+        c, a, k = ctx.constants
+        x2 = x * x
+        sech2 = 1 - t * t
+        p = c + k * x2
+        du = c * (1 + 3 * a * x2)
+        return g * sech2 * (0.5 * p + k * x2 - x * t * p * du + 0.5 * du), None, None, None
 
 
 def _gelu_tanh_grad(x: Tensor) -> Tensor:
     """Derivative of tanh-GELU with the reference's truncated constants (ttt-lm-pytorch ``gelu_bwd``)."""
-    th = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
-    return 0.5 * x * ((1 - th * th) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + th)
+    return _GeluTanhGrad.apply(x, 0.79788456, 0.044715, 0.1070322243)
 
 
 def _gelu_tanh_grad_exact(x: Tensor) -> Tensor:
     """Derivative of tanh-GELU with exact constants ``sqrt(2/pi)`` and ``3 * 0.044715 * sqrt(2/pi)``."""
     c = math.sqrt(2.0 / math.pi)
-    th = torch.tanh(c * x * (1 + 0.044715 * x * x))
-    return 0.5 * x * ((1 - th * th) * (c + 3 * 0.044715 * c * x * x)) + 0.5 * (1 + th)
+    return _GeluTanhGrad.apply(x, c, 0.044715, 3 * 0.044715 * c)
 
 
 def _gelu(x: Tensor) -> Tensor:

@@ -41,6 +41,8 @@ Precision: float32/float64 inputs are computed in their own dtype; float16/bfloa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -136,6 +138,44 @@ def _dual_update(xw_b, x, attn, g, lr_g, s_i, acc_w, acc_b, has_acc: bool) -> Te
     return xw_b - s_i * upd
 
 
+class _BoundaryWeights(torch.autograd.Function):
+    """``W - s (base + keys^T lr_g)``: the mini-batch boundary update of a weight matrix, whose backward
+    recomputes ``keys^T lr_g`` instead of saving it (with a learnable ``s``, autograd would keep one
+    ``[B, H, D_in, D_out]`` product per mini-batch: most of TTT-MLP's memory)."""
+
+    @staticmethod
+    def forward(ctx: Any, w: Tensor, keys: Tensor, lr_g: Tensor, s: Tensor, base: Tensor | None) -> Tensor:
+        total = keys.transpose(-2, -1) @ lr_g
+        if base is not None:
+            total = total + base
+        ctx.save_for_backward(keys, lr_g, s, base)
+        return w - s * total
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        keys, lr_g, s, base = ctx.saved_tensors
+        kg = keys @ g  # [..., n, D_out]
+        g_s = -(kg * lr_g).sum()
+        if base is not None:
+            g_s = g_s - (g * base).sum()
+        return (
+            g,
+            -s * (lr_g @ g.transpose(-2, -1)),
+            -s * kg,
+            g_s.reshape(s.shape),
+            -s * g if base is not None else None,
+        )
+
+
+def _boundary_weights(w: Tensor, keys: Tensor, lr_g: Tensor, s: Tensor, base: Tensor | None) -> Tensor:
+    return _BoundaryWeights.apply(w, keys, lr_g, s, base)
+
+
+def _boundary_bias(b: Tensor, lr_g: Tensor, s: Tensor, base: Tensor | None) -> Tensor:
+    total = lr_g.sum(dim=2, keepdim=True)
+    return b - s * (total if base is None else base + total)
+
+
 def _full_runs(segments: list[tuple[int, int, int]], mbs: int) -> tuple[int, int]:
     """(index of the first whole mini-batch among ``segments``, how many follow it consecutively)."""
     first = next((i for i, (_, n, _) in enumerate(segments) if n == mbs), len(segments))
@@ -214,7 +254,7 @@ def _dual(
                 g1 = _ln_l2_grad(z1, shifted, lnw, eps)
             lrg1 = lr_j.unsqueeze(-1) * g1
             z = _dual_update(zq, Q, attn1, g1, lrg1, s_i, acc["W1"], acc["b1"], has_acc)
-            new = {"W1": K.transpose(-2, -1) @ lrg1, "b1": lrg1.sum(dim=2, keepdim=True)}
+            sources = {"W1": (K, lrg1)}  # the weight sums sum_j keys_j^T lr_j g_j come from these
             if mlp:
                 x = _gelu(z)
                 tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
@@ -230,15 +270,26 @@ def _dual(
                     acc["b2"],
                     has_acc,
                 )
-                new.update(W2=x2.transpose(-2, -1) @ lrg2, b2=lrg2.sum(dim=2, keepdim=True))
+                sources["W2"] = (x2, lrg2)
             zs.append(z)
-            # running gradient sums, then the boundary update
-            acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}
-            has_acc = True
-            if pos + n == mbs:
-                ws = {m: ws[m] - s[mbs - 1] * acc[m] for m in names}
+            if pos + n == mbs:  # a boundary: W^{m+1} = W^m - s_b (running sums), which restart
+                base = acc if has_acc else dict.fromkeys(names)
+                s_last = s[mbs - 1]
+                ws = {
+                    **{m: _boundary_weights(ws[m], *sources[m], s_last, base[m]) for m in sources},
+                    **{
+                        f"b{m[1:]}": _boundary_bias(ws[f"b{m[1:]}"], sources[m][1], s_last, base[f"b{m[1:]}"])
+                        for m in sources
+                    },
+                }
                 acc = {m: torch.zeros_like(acc[m]) for m in names}
                 has_acc = False
+            else:  # running sums (the state's W_grad) of a mini-batch left unfinished
+                new = {}
+                for m, (keys, lr_g) in sources.items():
+                    new[m], new[f"b{m[1:]}"] = keys.transpose(-2, -1) @ lr_g, lr_g.sum(dim=2, keepdim=True)
+                acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}
+                has_acc = True
         o = qh + _ln(torch.cat(zs, dim=2), lnw, lnb, eps) if zs else qh.clone()
     offset = (state["offset"] + t) % mbs
     final = {
