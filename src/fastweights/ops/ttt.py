@@ -122,10 +122,10 @@ def _reference(
 # --------------------------------------------------------------------------------------- dual form
 
 
-def _causal_attention(x: Tensor, keys: Tensor, lr_j: Tensor, tril: Tensor) -> Tensor:
+def _causal_attention(x: Tensor, keys: Tensor, lr_j: Tensor, future: Tensor) -> Tensor:
     """``A[i, j] = lr_j (x_i . keys_j)`` for ``j <= i``, else 0; ``x, keys [..., n, D]``,
-    ``lr_j [..., n]``."""
-    return ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(~tril, 0.0)
+    ``lr_j [..., n]``, ``future [n, n]`` true for ``j > i``."""
+    return ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(future, 0.0)
 
 
 def _dual_update(xw_b, x, attn, g, lr_g, s_i, acc_w, acc_b, has_acc: bool) -> Tensor:
@@ -214,6 +214,13 @@ def _dual(
         # what does not depend on the inner weights is computed for all whole mini-batches at once:
         # the first layer's causal attention and the stacked [keys; queries] of each mini-batch
         first, count = _full_runs(segments, mbs)
+        masks: dict[int, Tensor] = {}
+
+        def future(n: int) -> Tensor:  # [n, n], True above the diagonal (made once per length)
+            if n not in masks:
+                masks[n] = torch.ones(n, n, dtype=torch.bool, device=qh.device).triu(1)
+            return masks[n]
+
         shifted_all = lnb - (vh - kh)  # bias - target of the inner loss (see _ln_l2_grad)
         whole: dict[int, tuple[Tensor, ...]] = {}
         if count:
@@ -224,9 +231,8 @@ def _dual(
 
             kq_full = torch.cat([blocks(kh), blocks(qh)], dim=3)  # [B, H, N, 2 mbs, D]
             kb, qb = kq_full[:, :, :, :mbs], kq_full[:, :, :, mbs:]  # views: one copy of q and k
-            tril_full = torch.ones(mbs, mbs, dtype=torch.bool, device=qh.device).tril()
             lr_b = blocks(lrh)
-            attn = _causal_attention(qb, kb, lr_b, tril_full)
+            attn = _causal_attention(qb, kb, lr_b, future(mbs))
             per_block = (qb, kb, blocks(shifted_all), lr_b, attn, kq_full)
             # unbind, not indexing: its backward stacks the blocks' gradients once
             for j, views in enumerate(zip(*(x.unbind(2) for x in per_block), strict=True)):
@@ -239,8 +245,7 @@ def _dual(
             else:
                 Q, K, shifted = (x[:, :, start : start + n] for x in (qh, kh, shifted_all))  # [B, H, n, D]
                 lr_j = lrh[:, :, start : start + n]  # [B, H, n]
-                tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
-                attn1, kq = _causal_attention(Q, K, lr_j, tril), torch.cat([K, Q], dim=2)
+                attn1, kq = _causal_attention(Q, K, lr_j, future(n)), torch.cat([K, Q], dim=2)
             # one matmul for the keys (the inner gradients at the mini-batch start) and the queries
             zz = kq @ ws["W1"] + ws["b1"]
             z1, zq = zz[:, :, :n], zz[:, :, n:]
@@ -253,21 +258,20 @@ def _dual(
             else:
                 g1 = _ln_l2_grad(z1, shifted, lnw, eps)
             lrg1 = lr_j.unsqueeze(-1) * g1
-            z = _dual_update(zq, Q, attn1, g1, lrg1, s_i, acc["W1"], acc["b1"], has_acc)
+            z = _dual_update(zq, Q, attn1, g1, lrg1, s_i, acc.get("W1"), acc.get("b1"), has_acc)
             sources = {"W1": (K, lrg1)}  # the weight sums sum_j keys_j^T lr_j g_j come from these
             if mlp:
                 x = _gelu(z)
-                tril = torch.ones(n, n, dtype=torch.bool, device=Q.device).tril()
                 lrg2 = lr_j.unsqueeze(-1) * g2
                 z = _dual_update(
                     x @ ws["W2"] + ws["b2"],
                     x,
-                    _causal_attention(x, x2, lr_j, tril),
+                    _causal_attention(x, x2, lr_j, future(n)),
                     g2,
                     lrg2,
                     s_i,
-                    acc["W2"],
-                    acc["b2"],
+                    acc.get("W2"),
+                    acc.get("b2"),
                     has_acc,
                 )
                 sources["W2"] = (x2, lrg2)
@@ -282,7 +286,7 @@ def _dual(
                         for m in sources
                     },
                 }
-                acc = {m: torch.zeros_like(acc[m]) for m in names}
+                acc = {}  # no running sums until the next token (zeros are made at the end if needed)
                 has_acc = False
             else:  # running sums (the state's W_grad) of a mini-batch left unfinished
                 new = {}
@@ -290,6 +294,8 @@ def _dual(
                     new[m], new[f"b{m[1:]}"] = keys.transpose(-2, -1) @ lr_g, lr_g.sum(dim=2, keepdim=True)
                 acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}
                 has_acc = True
+        if not has_acc:
+            acc = {m: torch.zeros_like(ws[m]) for m in names}
         o = qh + _ln(torch.cat(zs, dim=2), lnw, lnb, eps) if zs else qh.clone()
     offset = (state["offset"] + t) % mbs
     final = {
