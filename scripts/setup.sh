@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
-PACKAGES="dataset-fashion-mnist fonts-noto-core fonts-noto-color-emoji unicode-data bible-kjv"
+PACKAGES="dataset-fashion-mnist fonts-noto-core fonts-noto-color-emoji unicode-data bible-kjv g++"
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=""
@@ -25,7 +25,8 @@ else
   echo "setup: not root or no apt-get: skipping Debian packages ($PACKAGES)."
   echo "       Without them Split-FashionMNIST is skipped and FontGlyphs uses matplotlib's fonts only;"
   echo "       EmojiImages needs fonts-noto-color-emoji and unicode-data;"
-  echo "       the LM recipe's default corpus falls back from the KJV Bible to Python's docs or stdlib sources."
+  echo "       the LM recipe's default corpus falls back from the KJV Bible to Python's docs or stdlib sources;"
+  echo "       without g++ the fused CPU SRWM kernel is not built (the PyTorch fast path is used)."
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
