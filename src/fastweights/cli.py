@@ -338,7 +338,10 @@ def _guarded(fn: Callable[[], None]) -> int:
         print(f"fastweights: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("fastweights: interrupted; the latest checkpoint was saved (use --resume)", file=sys.stderr)
+        from fastweights.train.distributed import world
+
+        saved = "the last checkpoint" if world().distributed else "the latest checkpoint was saved"
+        print(f"fastweights: interrupted; {saved} (use --resume)", file=sys.stderr)
         return 130
     finally:
         shutdown()  # a torchrun process group left open aborts the process at exit

@@ -23,6 +23,20 @@ def srwm_reference_from(x, w0, d_out=None):
     return srwm_reference(x, zero, initial_state=w0, output_final_state=True, d_out=d_out)
 
 
+def assert_carried_state_equals_one_call(fused, x, w0, split):
+    """``fused(x, w0) -> (y, w)`` over the whole sequence equals two calls split at ``split`` carrying the
+    state, values and gradients (which flow through the carried state as through one call)."""
+    y, w = fused(x, w0)
+    y1, w1 = fused(x[:, :split], w0)
+    y2, w2 = fused(x[:, split:], w1)
+    torch.testing.assert_close(torch.cat([y1, y2], 1), y, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w2, w, rtol=1e-12, atol=1e-12)
+    g_one = torch.autograd.grad(y.sum() + w.square().sum(), (x, w0))
+    g_two = torch.autograd.grad(torch.cat([y1, y2], 1).sum() + w2.square().sum(), (x, w0))
+    for a, b in zip(g_one, g_two, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 def assert_same_values_and_gradients(fused, reference, inputs, rtol=1e-10):
     """``fused`` and ``reference`` outputs ``(y, w)`` equal, and their gradients w.r.t. ``inputs`` under
     random output weights."""

@@ -10,7 +10,12 @@ import torch
 
 from fastweights.ops import srwm_cpu
 from fastweights.ops.srwm_autograd import _SRWMFunction
-from tests.ops.srwm_cases import assert_same_values_and_gradients, srwm_case, srwm_reference_from
+from tests.ops.srwm_cases import (
+    assert_carried_state_equals_one_call,
+    assert_same_values_and_gradients,
+    srwm_case,
+    srwm_reference_from,
+)
 
 pytestmark = pytest.mark.skipif(not srwm_cpu.available(), reason="the fused CPU SRWM kernel did not build")
 
@@ -29,16 +34,7 @@ def test_fused_cpu_equals_the_reference_fp64(t, d_out):
 
 def test_carried_state_equals_one_call():
     x, w0 = srwm_case(2, 11, 2, 4)
-    y, w = _fused(x, w0)
-    y1, w1 = _fused(x[:, :5], w0)
-    y2, w2 = _fused(x[:, 5:], w1)
-    torch.testing.assert_close(torch.cat([y1, y2], 1), y, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(w2, w, rtol=1e-12, atol=1e-12)
-    # gradients flow through the carried state as through one call
-    g_one = torch.autograd.grad(y.sum() + w.square().sum(), (x, w0))
-    g_two = torch.autograd.grad(torch.cat([y1, y2], 1).sum() + w2.square().sum(), (x, w0))
-    for a, b in zip(g_one, g_two, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert_carried_state_equals_one_call(_fused, x, w0, 5)
 
 
 def test_gradcheck_tiny_fp64():

@@ -11,6 +11,7 @@ import torch
 pytest.importorskip("triton")  # TRITON_INTERPRET=1 on CPU-only machines: tests/conftest.py
 from fastweights.ops import srwm_triton  # noqa: E402
 from tests.ops.srwm_cases import (  # noqa: E402
+    assert_carried_state_equals_one_call,
     assert_same_values_and_gradients,
     srwm_case,
     srwm_reference_from,
@@ -26,15 +27,7 @@ def test_triton_equals_the_reference_fp64(t, e, d_out):
 
 def test_carried_state_equals_one_call():
     x, w0 = srwm_case(1, 9, 2, 4)
-    y, w = srwm_triton.srwm_fused_triton(x, w0)
-    y1, w1 = srwm_triton.srwm_fused_triton(x[:, :4], w0)
-    y2, w2 = srwm_triton.srwm_fused_triton(x[:, 4:], w1)
-    torch.testing.assert_close(torch.cat([y1, y2], 1), y, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(w2, w, rtol=1e-12, atol=1e-12)
-    g_one = torch.autograd.grad(y.sum() + w.square().sum(), (x, w0))
-    g_two = torch.autograd.grad(torch.cat([y1, y2], 1).sum() + w2.square().sum(), (x, w0))
-    for a, b in zip(g_one, g_two, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert_carried_state_equals_one_call(srwm_triton.srwm_fused_triton, x, w0, 4)
 
 
 def test_gradcheck_tiny_fp64():

@@ -18,7 +18,8 @@ The protocol every recipe follows (through :func:`fastweights.recipes.common.sta
   are averaged over the ranks in one flat all-reduce (:func:`average_gradients`) — the update of
   ``DistributedDataParallel``, done explicitly because the recipes call model methods other than
   ``forward`` (``embed``, ``read`` …), which DDP's forward hooks would not see;
-- validation runs on rank 0 and its record is broadcast; rank 0 decides when to stop;
+- validation runs on rank 0 and its record is broadcast; the ranks stop together (any rank's clock
+  past ``train.max_minutes`` stops them all);
 - each checkpoint holds every rank's random streams, and ``--resume`` restores each rank's own (the
   number of ranks must be the one the run was started with).
 """
@@ -44,6 +45,7 @@ __all__ = [
     "gather_objects",
     "all_mean",
     "barrier",
+    "rank_device",
     "shutdown",
     "RankStopped",
 ]

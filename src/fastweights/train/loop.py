@@ -194,7 +194,7 @@ def fit(
                 **({"ranks": ranks} if w.distributed else {}),
                 "last_val": last_val,
                 "loss_ema": loss_ema,
-                "metrics_bytes": logger.size if logger is not None else 0,
+                "metrics_bytes": logger.size,  # rank 0 only, which has the logger
                 **(metadata or {}),
             },
             is_best=is_best,
