@@ -81,6 +81,8 @@ def _build() -> Any:
         if baton.exists():
             log.info("removing the stale build lock %s (a build was killed)", baton)
             baton.unlink(missing_ok=True)
+        if not (folder / f"{name}.so").exists():
+            log.info("building the fused CPU SRWM kernel in %s (first use, ~30 s)", folder)
         return load(
             name=name,
             sources=[str(_SOURCE)],
