@@ -1,6 +1,7 @@
 """TTT-Linear / TTT-MLP layers against the official ttt-lm-pytorch implementation, in one process:
 forward + backward of one layer (hidden 768 = 12 heads × 64, mini-batch 16, L = 2048, batch 1, fp32 by
-default), the same weights, outputs compared, time (min over ``--repeats`` after a warm-up) and peak
+default), the same weights, outputs compared, time (min over ``--repeats`` rounds after a warm-up, the
+two implementations alternating within each round) and peak
 memory (``torch.profiler`` allocation events; on CUDA ``max_memory_allocated``).
 
 The official code is not a dependency: point ``--official`` at its ``ttt.py`` (a checkout of
@@ -39,15 +40,20 @@ def _official_module(path: Path):
     return module
 
 
-def _time(fn: Callable[[], None], repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def _time_interleaved(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
+    """Min wall time of each function over ``repeats`` rounds; every round runs all of them one after
+    the other, so a slow spell of a shared machine hits both implementations alike (timing one
+    implementation's repeats, then the other's, let the machine's drift decide the ratio)."""
+    for fn in fns.values():
         fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            best[name] = min(best[name], time.perf_counter() - t0)
     return best
 
 
@@ -76,7 +82,7 @@ def compare(official, kind: str, a: argparse.Namespace) -> None:
     }
     with torch.no_grad():
         diff = (runs["official ttt-lm-pytorch"]() - runs["fastweights"]()).abs().max().item()
-    rows = {}
+    steps = {}
     for name, fn in runs.items():
 
         def step(fn: Callable[[], torch.Tensor] = fn) -> None:
@@ -85,7 +91,9 @@ def compare(official, kind: str, a: argparse.Namespace) -> None:
             ref.zero_grad(set_to_none=True)
             ours.zero_grad(set_to_none=True)
 
-        rows[name] = (_time(step, a.repeats), peak_bytes(step, a.device) / 2**20)
+        steps[name] = step
+    seconds = _time_interleaved(steps, a.repeats)
+    rows = {name: (seconds[name], peak_bytes(step, a.device) / 2**20) for name, step in steps.items()}
     base = rows["official ttt-lm-pytorch"][0]
     print(f"TTT-{kind}: outputs differ by at most {diff:.1e}")
     for name, (sec, mb) in rows.items():

@@ -248,7 +248,7 @@ def _dual(
                 attn1, kq = _causal_attention(Q, K, lr_j, future(n)), torch.cat([K, Q], dim=2)
             # one matmul for the keys (the inner gradients at the mini-batch start) and the queries
             zz = kq @ ws["W1"] + ws["b1"]
-            z1, zq = zz[:, :, :n], zz[:, :, n:]
+            z1, zq = zz.split(n, dim=2)  # split, not slicing: one gradient concatenation, no zero fills
             if mlp:
                 x2 = _gelu(z1)
                 g2 = _ln_l2_grad(x2 @ ws["W2"] + ws["b2"], shifted, lnw, eps)
