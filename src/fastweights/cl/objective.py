@@ -57,15 +57,19 @@ def to_model_images(
     """uint8 images → normalised ``[..., channels, S, S]`` (``dtype``, default float32) on ``device``.
 
     ``channels=1``: grayscale ``[..., S, S]`` gets a channel axis; ``channels=3``: RGB
-    ``[..., 3, S, S]`` (channels first) is kept. Output ``(images / 255 - mean) / std`` with ``mean``
-    and ``std`` floats or one value per channel (a pool's / data set's ``mean``, ``std``).
+    ``[..., 3, S, S]`` (channels first) is kept; ``channels=0``: float features ``[..., F]`` of a
+    frozen encoder (:class:`~fastweights.data.features.FeaturePool`), returned unnormalised. Output
+    ``(images / 255 - mean) / std`` with ``mean`` and ``std`` floats or one value per channel (a pool's /
+    data set's ``mean``, ``std``).
 
     Raises:
-        ValueError: if ``channels`` is not 1 or 3, RGB images lack the channel axis -3 of size 3, or
+        ValueError: if ``channels`` is not 0, 1 or 3, RGB images lack the channel axis -3 of size 3, or
             ``mean``/``std`` have a number of values other than 1 or ``channels``.
     """
+    if channels == 0:  # precomputed features (a FeaturePool's examples): used as they are
+        return torch.from_numpy(np.ascontiguousarray(images)).to(device=device, dtype=dtype)
     if channels not in (1, 3):
-        raise ValueError(f"channels: expected 1 or 3, given {channels!r}")
+        raise ValueError(f"channels: expected 0 (features), 1 or 3, given {channels!r}")
     if channels == 3 and (images.ndim < 3 or images.shape[-3] != 3):
         raise ValueError(
             f"images: expected RGB images [..., 3, S, S] for channels=3, given shape {images.shape}"

@@ -10,6 +10,7 @@ et al. 2018; :func:`fastweights.cl.metrics.summarize_runs`).
 - :func:`evaluate_split_tasks`: any stream, given as the tasks of each run.
 - :func:`evaluate_split_benchmark`: Split-MNIST-style benchmarks from a train/test data set (class pairs
   (0, 1), (2, 3), …; Hsu et al. 2018; van de Ven & Tolias 2019).
+- :func:`evaluate_tasks_alone`: each task of a stream learned in isolation (from the slow weights).
 - :func:`evaluate_pool_split`: long-span streams of disjoint classes from a few-shot class pool (the
   paper's 5/10/20-task Split-Omniglot; here Split-FontGlyphs, Split-Emoji).
 
@@ -32,17 +33,17 @@ from fastweights.data.sources.base import ClassPool, SplitDataset, Stat
 from fastweights.data.streams import SCENARIOS, Task, pool_split_tasks, split_benchmark
 from fastweights.models.in_context import InContextClassifier
 
-__all__ = ["evaluate_split_tasks", "evaluate_split_benchmark", "evaluate_pool_split"]
+__all__ = ["evaluate_split_tasks", "evaluate_split_benchmark", "evaluate_pool_split", "evaluate_tasks_alone"]
 
 
 class _Embedder:
     """Backbone features of uint8 images, normalised with the data's statistics; grayscale images fed
     to a 3-channel backbone are repeated to 3 channels (the reference's Split-MNIST transform, spec
-    §5.5)."""
+    §5.5). ``channels=0``: the examples already are features (a frozen encoder's), passed through."""
 
     def __init__(self, model: InContextClassifier, mean: Stat, std: Stat, channels: int, device: Any):
-        if channels not in (1, 3):
-            raise ValueError(f"channels: expected 1 (grayscale) or 3 (RGB), got {channels!r}")
+        if channels not in (0, 1, 3):
+            raise ValueError(f"channels: expected 0 (features), 1 (grayscale) or 3 (RGB), got {channels!r}")
         model_channels = getattr(model.backbone, "in_channels", channels)
         if channels == 3 and model_channels != 3:
             raise ValueError(
@@ -292,3 +293,72 @@ def evaluate_pool_split(
     )
     summary.update(dataset=pool.name, scenario=scenario, seed=seed, **kw)
     return summary
+
+
+def task_alone(task: Task) -> Task:
+    """``task`` as a stream of its own: labels renumbered ``0..n-1`` in the order of their values (a
+    class-incremental task's ``2t, 2t+1`` become ``0, 1``)."""
+    values = np.unique(task.support_labels)
+    lut = {int(v): i for i, v in enumerate(values)}
+
+    def relabel(labels: np.ndarray) -> np.ndarray:
+        return np.array([lut.get(int(v), -1) for v in labels], dtype=np.int64)
+
+    return Task(
+        task.name,
+        task.support_images,
+        relabel(task.support_labels),
+        task.query_images,
+        relabel(task.query_labels),
+    )
+
+
+@torch.no_grad()
+def evaluate_tasks_alone(
+    model: InContextClassifier,
+    tasks_for_run: Callable[[int], list[Task]],
+    *,
+    runs: int,
+    mean: Stat,
+    std: Stat,
+    channels: int,
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """Accuracy of every task of the streams ``tasks_for_run(0..runs-1)`` learned *in isolation*: its
+    demonstrations from the slow weights (no earlier task), labels renumbered ``0..n-1``
+    (:func:`task_alone`), queries predicted as the argmax over the first ``n`` logits. The ACL paper
+    (App. A.8) reports that some tasks fail even alone; this measures it.
+
+    Returns:
+        ``{"tasks": {name: {"mean", "std"}}, "runs"}`` (population std over runs), tasks in stream order.
+
+    Raises:
+        ValueError: for ``runs < 1``, a task whose queries hold a label its demonstrations do not, or
+            from the model.
+    """
+    check_int("runs", runs)
+    embed = _Embedder(model, mean, std, channels, device)
+    was_training = model.training
+    model.eval()
+    accs: dict[str, list[float]] = {}
+    try:
+        for r in range(runs):
+            for task in map(task_alone, tasks_for_run(r)):
+                if (task.query_labels < 0).any():
+                    raise ValueError(
+                        f"tasks_for_run({r}): task {task.name!r} has query labels without demonstrations"
+                    )
+                n = int(task.support_labels.max()) + 1
+                labels = torch.from_numpy(task.support_labels).to(device=device, dtype=torch.long)
+                _, state = model.forward_features(
+                    embed(task.support_images).unsqueeze(0), labels.unsqueeze(0)
+                )
+                logits = model.query_features(embed(task.query_images).unsqueeze(0), state)[0]
+                pred = logits[:, :n].argmax(-1).cpu().numpy()
+                accs.setdefault(task.name, []).append(float((pred == task.query_labels).mean()))
+    finally:
+        model.train(was_training)
+    return {
+        "tasks": {name: {"mean": float(np.mean(a)), "std": float(np.std(a))} for name, a in accs.items()},
+        "runs": runs,
+    }

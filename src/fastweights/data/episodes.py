@@ -64,12 +64,18 @@ class EpisodeSampler:
     ``rotations=True`` makes the 0/90/180/270° rotations of every class 4 distinct classes
     (``4 * C`` classes; rotated at sampling time with ``np.rot90`` on the two pixel axes,
     counter-clockwise; no copy of the pool), as the Omniglot class augmentation of Santoro et al.
-    2016. Works for grayscale ``[C, M, S, S]`` and RGB ``[C, M, 3, S, S]`` pools.
+    2016. Works for grayscale ``[C, M, S, S]`` and RGB ``[C, M, 3, S, S]`` pools, and for pools of
+    features ``[C, M, F]`` (:class:`~fastweights.data.features.FeaturePool`; no rotations).
     """
 
     def __init__(self, pool: ClassPool, *, rotations: bool = False) -> None:
         if not isinstance(pool, ClassPool):
             raise ValueError(f"pool: expected a ClassPool, given {type(pool).__name__}")
+        if rotations and pool.channels == 0:
+            raise ValueError(
+                f"rotations: expected False for pool {pool.name!r} of features (rotations turn images), "
+                "given True"
+            )
         self.pool = pool
         self.rotations = bool(rotations)
 

@@ -1,8 +1,8 @@
 """Select a data source by its config name: few-shot class pools and train/test split datasets.
 
 Real benchmarks are read from local folders only (never downloaded). ``root=None`` means
-``$FASTWEIGHTS_DATA``; the embedded sources (FontGlyphs, EmojiImages, scikit-learn digits) need no folder,
-and Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` files.
+``$FASTWEIGHTS_DATA``; the embedded sources (FontGlyphs, EmojiImages, scikit-learn digits, FontLetters,
+ColourDigits) need no folder, and Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` files.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .sources.base import ClassPool, SplitDataset
 from .sources.cifar import load_cifar10, load_cifar100_pools
 from .sources.digits import load_digits_split
 from .sources.emoji import load_emoji_images
+from .sources.font_classes import load_colour_digits, load_font_letters
 from .sources.glyphs import load_font_glyphs
 from .sources.idx import load_idx_dataset
 from .sources.miniimagenet import load_mini_imagenet
@@ -62,6 +63,14 @@ def _digits(root: Path | None, size: int, **kw: Any) -> SplitDataset:
     return load_digits_split(image_size=size, **kw)
 
 
+def _font_letters(root: Path | None, size: int, **kw: Any) -> SplitDataset:
+    return load_font_letters(image_size=size, **kw)
+
+
+def _colour_digits(root: Path | None, size: int, **kw: Any) -> SplitDataset:
+    return load_colour_digits(image_size=size, **kw)
+
+
 def _fashion_mnist(root: Path | None, size: int, **kw: Any) -> SplitDataset:
     folder = root if root is not None else Path(FASHION_MNIST_DEBIAN)
     return load_idx_dataset(
@@ -94,11 +103,13 @@ _DATASETS: dict[str, tuple[int, bool, Callable[..., SplitDataset]]] = {
     "fashion_mnist": (32, False, _fashion_mnist),
     "mnist": (32, True, _mnist),
     "cifar10": (32, True, _sized(load_cifar10)),
+    "font_letters": (32, False, _font_letters),
+    "colour_digits": (32, False, _colour_digits),
 }
 CLASS_POOLS = tuple(_POOLS)
 SPLIT_DATASETS = tuple(_DATASETS)
 #: sources whose images are RGB (the others are grayscale, repeated to RGB on request)
-RGB_SOURCES = ("emoji", "mini_imagenet", "fc100", "cifar_fs", "cifar10")
+RGB_SOURCES = ("emoji", "mini_imagenet", "fc100", "cifar_fs", "cifar10", "colour_digits")
 
 
 def check_channels(name: str, channels: int, sources: list[str]) -> None:
@@ -159,7 +170,10 @@ def load_split_dataset(
     ``"digits"`` (scikit-learn, :func:`load_digits_split`; ``root`` ignored), ``"fashion_mnist"`` (IDX
     files; ``root`` default Debian's ``/usr/share/datasets/fashion-mnist``; torchvision's
     ``<root>/FashionMNIST/raw`` also accepted), ``"mnist"`` (IDX files in ``<root>``, ``<root>/raw`` or
-    ``<root>/MNIST/raw``), ``"cifar10"`` (RGB, ``<root>/cifar-10-batches-py``, :func:`load_cifar10`).
+    ``<root>/MNIST/raw``), ``"cifar10"`` (RGB, ``<root>/cifar-10-batches-py``, :func:`load_cifar10`),
+    ``"font_letters"`` (letters A-J rendered from fonts, a notMNIST analogue, :func:`load_font_letters`;
+    ``root`` ignored), ``"colour_digits"`` (RGB digits rendered from fonts, an SVHN analogue,
+    :func:`load_colour_digits`; ``root`` ignored).
     ``root`` defaults to ``$FASTWEIGHTS_DATA`` where a folder is needed. Raises ``ValueError`` for an
     unknown name or a missing root, and whatever the loader raises.
     """

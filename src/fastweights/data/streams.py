@@ -15,6 +15,8 @@ from .sources.base import ClassPool, LabeledImages, SplitDataset
 
 __all__ = [
     "Task",
+    "ClassExamples",
+    "class_sequence_tasks",
     "split_benchmark",
     "pool_split_tasks",
     "holdout_split",
@@ -228,6 +230,74 @@ def pool_split_tasks(
             )
         )
     return tasks
+
+
+@dataclass
+class ClassExamples:
+    """One class of a hand-assembled task stream: ``demos [D, ...]`` (demonstration candidates) and
+    ``queries [Q, ...]`` (evaluation examples), uint8 images or float32 features alike."""
+
+    name: str
+    demos: np.ndarray
+    queries: np.ndarray
+
+
+def class_sequence_tasks(
+    tasks: Sequence[Sequence[ClassExamples]], *, k_shot: int, run: int, scenario: str = "class", seed: int = 0
+) -> list[Task]:
+    """A task stream from explicit classes: task ``t`` holds the classes ``tasks[t]`` (the ACL paper's
+    "mini" benchmarks, App. A.8: the first 2 classes of each data set of 5-datasets, or of each of the
+    first 5 tasks of Split-CIFAR100).
+
+    Demonstrations: ``k_shot`` per class drawn without replacement from its ``demos`` with
+    ``np.random.default_rng([seed, run])`` (class after class in stream order), arranged shot-major like
+    :func:`split_benchmark`; queries: every one of its ``queries``, class after class. Labels:
+    ``"class"`` → running class index over the stream (``0, 1`` for task 0, ``2, 3`` for task 1 with two
+    classes per task); ``"domain"`` → the class's position in its task. Tasks are named by their classes'
+    names joined with ``/``.
+
+    Raises:
+        ValueError: naming the argument for an empty stream or task, a class with fewer than ``k_shot``
+            demos or no query, or examples of different shapes.
+    """
+    k, run, seed = (
+        _check_count("k_shot", k_shot, 1),
+        _check_count("run", run, 0),
+        _check_count("seed", seed, 0),
+    )
+    check_choice("scenario", scenario, SCENARIOS)
+    if not tasks or any(not classes for classes in tasks):
+        raise ValueError("tasks: expected a non-empty list of non-empty class lists, given an empty one")
+    shape = tasks[0][0].demos.shape[1:]
+    rng = np.random.default_rng([seed, run])
+    out, first = [], 0
+    for classes in tasks:
+        for c in classes:
+            if len(c.demos) < k or len(c.queries) == 0:
+                raise ValueError(
+                    f"k_shot: expected <= the {len(c.demos)} demos of class {c.name!r} and >= 1 query, given "
+                    f"k_shot={k} and {len(c.queries)} queries"
+                )
+            if c.demos.shape[1:] != shape or c.queries.shape[1:] != shape:
+                raise ValueError(
+                    f"tasks: expected examples of shape {shape} in every class, given {c.name!r}"
+                )
+        picks = [rng.choice(len(c.demos), size=k, replace=False) for c in classes]
+        index, position = _shot_major(picks)
+        labels = _task_labels(scenario, range(first, first + len(classes)))
+        out.append(
+            Task(
+                name="/".join(c.name for c in classes),
+                support_images=np.stack([classes[p].demos[i] for i, p in zip(index, position, strict=True)]),
+                support_labels=labels[position],
+                query_images=np.concatenate([c.queries for c in classes]),
+                query_labels=np.concatenate(
+                    [np.full(len(c.queries), lab) for c, lab in zip(classes, labels, strict=True)]
+                ),
+            )
+        )
+        first += len(classes)
+    return out
 
 
 def holdout_split(ds: SplitDataset, per_class: int) -> SplitDataset:

@@ -96,12 +96,14 @@ class Conv4(nn.Module):
 
 class FeatureInput(nn.Module):
     """Stand-in backbone for inputs that already are features (``[N, F]`` in, the same tensor out):
-    an :class:`~fastweights.models.in_context.InContextClassifier` over synthetic or cached features,
-    used through ``forward_features`` / ``query_features``.
+    an :class:`~fastweights.models.in_context.InContextClassifier` over synthetic features or a frozen
+    encoder's cached ones (:mod:`fastweights.models.frozen`, :mod:`fastweights.data.features`).
 
     Raises:
         ValueError: unless ``feature_dim`` is an int >= 1.
     """
+
+    example_dims = 1  # one example is a vector [F] (Conv4's is an image [C, S, S])
 
     def __init__(self, feature_dim: int) -> None:
         super().__init__()
@@ -109,4 +111,16 @@ class FeatureInput(nn.Module):
         self.feature_dim = feature_dim
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x [N, F]`` float → ``x`` itself.
+
+        Raises:
+            ValueError: naming ``features`` unless ``x`` is a floating-point ``[N, feature_dim]`` tensor.
+        """
+        if (
+            not isinstance(x, Tensor)
+            or x.dim() != 2
+            or x.shape[1] != self.feature_dim
+            or not x.is_floating_point()
+        ):
+            raise ValueError(f"features: expected a float tensor [N, {self.feature_dim}], got {describe(x)}")
         return x

@@ -8,12 +8,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastweights.checks import check_choice, check_ints, check_real
+from torch import nn
+
+from fastweights.checks import check_choice, check_int, check_ints, check_real
 from fastweights.layers import SEQUENCE_LAYERS, layer_options_for, make_sequence_layer, per_layer_options
-from fastweights.models.backbones import NORMS, Conv4
+from fastweights.models.backbones import NORMS, Conv4, FeatureInput
+from fastweights.models.frozen import parse_backbone
 from fastweights.models.in_context import InContextClassifier
 
-__all__ = ["ClassifierConfig", "build_classifier", "check_label_space", "check_layer_options"]
+__all__ = [
+    "ClassifierConfig",
+    "build_classifier",
+    "check_conv4_backbone",
+    "check_label_space",
+    "check_layer_options",
+]
 
 
 @dataclass
@@ -38,10 +47,18 @@ class ClassifierConfig:
     #: extra keyword options of the sequence layers: options of ``sequence_layer`` ({init: modern}), or
     #: options per layer name ({srwm: {init: modern}}; only ``sequence_layer``'s entry is used)
     layer_options: dict[str, Any] = field(default_factory=dict)
+    #: "conv4" (trained with the sequence part), or "frozen:<name>": a frozen pretrained encoder of
+    #: fastweights.models.frozen.FROZEN_ENCODERS whose cached features replace Conv-4 (ACL paper App. A.8;
+    #: the acl recipe only)
+    backbone: str = "conv4"
+    backbone_weights: str = ""  # weights file of a frozen encoder that needs one (vit_b16)
+    backbone_image_size: int = 64  # images are resized to this many pixels for a frozen encoder
 
     def __post_init__(self) -> None:
         """Check every field without building a model (``ValueError`` naming the field)."""
         check_choice("sequence_layer", self.sequence_layer, SEQUENCE_LAYERS)
+        parse_backbone(self.backbone)
+        check_int("backbone_image_size", self.backbone_image_size, low=16, high=1024)
         check_ints(self, ("num_classes", "d_model", "num_layers", "num_heads", "ff_factor", "channels"))
         if self.d_model % self.num_heads:
             raise ValueError(
@@ -87,6 +104,19 @@ def check_layer_options(
         raise ValueError(f"{key}: {sorted(options)} not accepted by {name!r}: {err}") from None
 
 
+def check_conv4_backbone(m: ClassifierConfig, recipe: str) -> None:
+    """A recipe that trains its backbone refuses a frozen encoder (an ``acl`` option).
+
+    Raises:
+        ValueError: naming ``model.backbone`` unless it is ``"conv4"``.
+    """
+    if m.backbone != "conv4":
+        raise ValueError(
+            f"model.backbone: expected 'conv4' for the {recipe} recipe (frozen encoders are an acl option), "
+            f"got {m.backbone!r}"
+        )
+
+
 def check_label_space(num_classes: int, ways: dict[str, list[int]]) -> None:
     """Every ``n_way`` a recipe asks for fits the classifier's ``num_classes`` outputs.
 
@@ -102,20 +132,30 @@ def check_label_space(num_classes: int, ways: dict[str, list[int]]) -> None:
             raise ValueError(f"{key}: expected <= model.num_classes={num_classes}, got {got}")
 
 
-def build_classifier(m: ClassifierConfig, *, image_size: int, in_channels: int = 1) -> InContextClassifier:
-    """The classifier of ``m`` for ``[B, T, in_channels, image_size, image_size]`` float images.
+def build_classifier(
+    m: ClassifierConfig, *, image_size: int, in_channels: int = 1, feature_dim: int | None = None
+) -> InContextClassifier:
+    """The classifier of ``m`` for ``[B, T, in_channels, image_size, image_size]`` float images, or with
+    a frozen backbone (``m.backbone = "frozen:<name>"``) for its ``feature_dim``-d cached features
+    ``[B, T, feature_dim]`` (:class:`~fastweights.models.backbones.FeatureInput`).
 
     Raises:
-        ValueError: from the backbone or the sequence layer for a bad field (e.g. an unknown layer).
+        ValueError: from the backbone or the sequence layer for a bad field (e.g. an unknown layer), or
+            when a frozen backbone comes without ``feature_dim``.
     """
-    backbone = Conv4(
-        in_channels,
-        m.channels,
-        image_size=image_size,
-        norm=m.norm,
-        dropout=m.vision_dropout,
-        pool_before_norm=m.pool_before_norm,
-    )
+    if parse_backbone(m.backbone) is not None:
+        if feature_dim is None:
+            raise ValueError(f"backbone: {m.backbone!r} needs the encoder's feature_dim, got None")
+        backbone: nn.Module = FeatureInput(feature_dim)
+    else:
+        backbone = Conv4(
+            in_channels,
+            m.channels,
+            image_size=image_size,
+            norm=m.norm,
+            dropout=m.vision_dropout,
+            pool_before_norm=m.pool_before_norm,
+        )
     return InContextClassifier(
         backbone,
         m.num_classes,

@@ -93,13 +93,15 @@ class InContextClassifier(nn.Module):
         return self.num_classes
 
     def embed(self, images: Tensor) -> Tensor:
-        """Backbone features of ``images [..., C, S, S]`` → ``[..., F]`` (one backbone call).
+        """Backbone features of ``images [..., C, S, S]`` → ``[..., F]`` (one backbone call); with a
+        :class:`~fastweights.models.backbones.FeatureInput` backbone the input already is ``[..., F]``.
 
         Raises:
             ValueError: from the backbone for bad ``images`` (shape, dtype, NaN/Inf for ``Conv4``).
         """
-        lead = images.shape[:-3]
-        return self.backbone(images.reshape(-1, *images.shape[-3:])).reshape(*lead, self.backbone.feature_dim)
+        k = getattr(self.backbone, "example_dims", 3)  # dims of one example: [C, S, S], or [F] for features
+        lead = images.shape[:-k]
+        return self.backbone(images.reshape(-1, *images.shape[-k:])).reshape(*lead, self.backbone.feature_dim)
 
     def _layer_states(self, state: State | None) -> State:
         """``state`` as one entry per sequence layer (``None`` = slow weights for every layer)."""

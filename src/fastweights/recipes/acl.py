@@ -40,6 +40,13 @@ from fastweights.recipes.acl_eval import (
     long_span_results,
     split_results,
 )
+from fastweights.recipes.acl_frozen import (
+    encoder_label,
+    feature_pools,
+    frozen_encoder,
+    load_mini_benchmarks,
+    mini_results,
+)
 from fastweights.recipes.common import (
     RecipeRun,
     evaluate_verb,
@@ -64,8 +71,20 @@ log = logging.getLogger(__name__)
 
 
 def build_model(cfg: ACLConfig) -> InContextClassifier:
-    """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), §3."""
-    return build_classifier(cfg.model, image_size=cfg.data.image_size, in_channels=cfg.data.channels)
+    """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), §3; with
+    ``model.backbone: frozen:<name>`` the encoder's cached features replace Conv-4 (App. A.8)."""
+    encoder = frozen_encoder(cfg.model)
+    return build_classifier(
+        cfg.model,
+        image_size=cfg.data.image_size,
+        in_channels=cfg.data.channels,
+        feature_dim=None if encoder is None else encoder.feature_dim,
+    )
+
+
+def _domain_pools(cfg: ACLConfig) -> list[dict[str, ClassPool]]:
+    """The pools of every domain, as a frozen encoder's features when ``model.backbone`` is one."""
+    return [feature_pools(p, cfg.model, cfg.data.cache_dir) for p in domain_pools(cfg.data)]
 
 
 def _validate(
@@ -136,7 +155,7 @@ def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[list[dict[str, ClassP
             load_classifier_weights(build_model(cfg), init["model"])
         except ValueError as err:
             raise ValueError(f"train.init_from: {cfg.train.init_from}: {err}") from None
-    return domain_pools(cfg.data), init
+    return _domain_pools(cfg), init
 
 
 def _fit(run: RecipeRun) -> dict[str, Any]:
@@ -208,10 +227,10 @@ def _measure(
     the split benchmarks of ``eval.split_benchmarks`` × ``eval.scenarios`` and the long-span
     Split-FontGlyphs tasks (ACL paper §4)."""
     e = cfg.eval
-    test_pools = [p["test"] for p in domain_pools(cfg.data)]
-    benchmarks = load_split_benchmarks(
-        cfg, test_pools
-    )  # all data loaded and checked before anything is measured
+    test_pools = [p["test"] for p in _domain_pools(cfg)]
+    # all data loaded (and encoded) and checked before anything is measured
+    benchmarks = load_split_benchmarks(cfg, test_pools)
+    mini = load_mini_benchmarks(cfg, test_pools)
     span_pool = long_span_pool(cfg, test_pools)
     forgetting = forgetting_pairs(cfg, test_pools, model, device)
     fewshot = {
@@ -237,6 +256,10 @@ def _measure(
         "forgetting": forgetting,
         "split": split_results(cfg, benchmarks, model, device),
     }
+    if frozen_encoder(cfg.model) is not None:
+        results["run"]["backbone"] = encoder_label(cfg.model)
+    if mini:
+        results["mini"] = mini_results(cfg, mini, model, device)
     if span_pool is not None:
         results["long_span"] = long_span_results(cfg, span_pool, model, device)
     return results

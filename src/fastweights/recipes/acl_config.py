@@ -17,6 +17,7 @@ from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import CLASS_POOLS, FASHION_MNIST_DEBIAN, SPLIT_DATASETS, PoolConfig
 from fastweights.data.task_augment import TaskAugment
 from fastweights.models.classifier_config import ClassifierConfig, check_label_space
+from fastweights.models.frozen import parse_backbone
 from fastweights.recipes.common import OptimConfig
 
 __all__ = ["ACLConfig", "DataConfig", "ModelConfig", "TrainConfig", "EvalConfig", "CurriculumStage"]
@@ -25,6 +26,9 @@ ModelConfig = ClassifierConfig  # the classifier's config (kept under its old na
 #: eval.split_benchmarks: Split-Digits, Split-FashionMNIST, Split-Emoji (held-out subgroups), Split-MNIST
 #: (needs ``data.mnist_dir``)
 SPLIT_BENCHMARKS = ("digits", "fashion_mnist", "emoji", "mnist")
+#: eval.mini_benchmarks / eval.mini_datasets (recipes.acl_frozen.MINI_BENCHMARKS / MINI_DATASETS)
+MINI_BENCHMARK_NAMES = ("five_datasets", "emoji")
+MINI_DATASET_NAMES = ("digits", "fashion_mnist", "font_letters", "emoji", "colour_digits")
 
 
 @dataclass
@@ -108,12 +112,42 @@ class EvalConfig:
     long_span_tasks: list[int] = field(default_factory=list)
     batch_size: int = 50
     seed: int = 1234
+    #: the ACL paper's "mini" class-incremental sequences (App. A.8; frozen backbones only): five 2-way
+    #: tasks, "five_datasets" (the first two classes of each of ``mini_datasets``) and/or "emoji" (mini
+    #: Split-Emoji); split_runs / split_k_shot / split_query_per_class (emoji queries) apply
+    mini_benchmarks: list[str] = field(default_factory=list)
+    mini_datasets: list[str] = field(
+        default_factory=lambda: ["digits", "fashion_mnist", "font_letters", "emoji", "colour_digits"]
+    )
+    mini_demos_per_class: int = 50  # demonstration candidates per class: the first train images
+    mini_query_per_class: int = 100  # queries per class: the first test images (fewer if a class has fewer)
 
     def __post_init__(self) -> None:
         check_ints(
             self,
-            ("episodes", "n_way", "k_shot", "n_query", "split_runs", "split_k_shot", "split_query_per_class"),
+            (
+                "episodes",
+                "n_way",
+                "k_shot",
+                "n_query",
+                "split_runs",
+                "split_k_shot",
+                "split_query_per_class",
+                "mini_demos_per_class",
+                "mini_query_per_class",
+            ),
         )
+        check_choices("mini_benchmarks", self.mini_benchmarks, MINI_BENCHMARK_NAMES, nonempty=False)
+        check_choices("mini_datasets", self.mini_datasets, MINI_DATASET_NAMES)
+        if len(self.mini_datasets) != 5 or len(set(self.mini_datasets)) != 5:
+            raise ValueError(
+                f"mini_datasets: expected 5 distinct data sets, got {list(self.mini_datasets)!r}"
+            )
+        if self.split_k_shot > self.mini_demos_per_class:
+            raise ValueError(
+                f"mini_demos_per_class: expected >= split_k_shot={self.split_k_shot}, "
+                f"got {self.mini_demos_per_class}"
+            )
         for n in self.long_span_tasks:
             check_int("long_span_tasks", n, low=2)
         check_int("batch_size", self.batch_size)
@@ -155,16 +189,47 @@ class ACLConfig:
                 f"got data.channels={self.data.channels}"
             )
         e = self.eval
-        if ("emoji" in e.split_benchmarks or e.long_span_tasks) and (
+        if ("emoji" in e.split_benchmarks or e.long_span_tasks or e.mini_benchmarks) and (
             e.split_k_shot + e.split_query_per_class > self.data.examples_per_class
         ):
             raise ValueError(
-                "eval.split_query_per_class: Split-Emoji / long-span tasks need eval.split_k_shot + "
+                "eval.split_query_per_class: Split-Emoji / long-span / mini tasks need eval.split_k_shot + "
                 f"eval.split_query_per_class <= data.examples_per_class={self.data.examples_per_class}, "
                 f"got {e.split_k_shot} + {e.split_query_per_class}"
             )
+        self._check_backbone()
         if "mnist" in self.eval.split_benchmarks and not self.data.mnist_dir:
             raise ValueError(
                 "data.mnist_dir: expected the folder holding the MNIST IDX files for eval.split_benchmarks "
                 "'mnist' (Split-MNIST), got null"
             )
+
+    def _check_backbone(self) -> None:
+        """A frozen encoder learns on cached features: no pixel-level options, no image split benchmarks;
+        the mini sequences need one."""
+        frozen = parse_backbone(self.model.backbone) is not None
+        e, t = self.eval, self.train
+        if not frozen:
+            if e.mini_benchmarks:
+                raise ValueError(
+                    "eval.mini_benchmarks: expected [] for model.backbone 'conv4' (the mini sequences are "
+                    f"measured on a frozen encoder's features), got {list(e.mini_benchmarks)!r}"
+                )
+            return
+        if e.mini_benchmarks and self.model.num_classes < 10:
+            raise ValueError(
+                "eval.mini_benchmarks: the mini sequences (5 tasks x 2 classes, class-incremental) need "
+                f"model.num_classes >= 10, got {self.model.num_classes}"
+            )
+        refused = {
+            "data.rotations": (self.data.rotations, False),
+            "train.augment.grayscale": (t.augment.grayscale, 0),
+            "train.augment.low_res": (t.augment.low_res, 0),
+            "eval.split_benchmarks": (list(e.split_benchmarks), []),
+        }
+        for key, (value, allowed) in refused.items():
+            if value != allowed:
+                raise ValueError(
+                    f"{key}: expected {allowed!r} with model.backbone {self.model.backbone!r} (features are "
+                    f"computed once per image; use eval.mini_benchmarks), got {value!r}"
+                )

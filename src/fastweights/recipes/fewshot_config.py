@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fastweights.checks import check_device, check_int, check_ints
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import PoolConfig
-from fastweights.models.classifier_config import ClassifierConfig, check_label_space
+from fastweights.models.classifier_config import ClassifierConfig, check_conv4_backbone, check_label_space
 from fastweights.recipes.common import OptimConfig
 from fastweights.recipes.sequential_config import (
     SequentialConfig,
@@ -68,6 +68,7 @@ class FewShotConfig:
     def __post_init__(self) -> None:
         """Checks across sections (each section checks its own fields)."""
         check_device("device", self.device)
+        check_conv4_backbone(self.model, "fewshot")
         check_label_space(
             self.model.num_classes,
             {

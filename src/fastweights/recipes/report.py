@@ -298,6 +298,48 @@ def _section_long_span(results: Mapping[str, Any], plots: Path) -> tuple[list[st
     return lines, png
 
 
+def _section_mini(name: str, res: Mapping[str, Any]) -> list[str]:
+    """One "mini" class-incremental sequence (ACL paper App. A.8): per task, the ACL model and the
+    nearest-class-mean classifier on the same frozen features, after the whole sequence and alone."""
+    acl, ncm = res["acl"], res["ncm"]
+    desc = (
+        f"Encoder: {res.get('encoder', '?')}. {res.get('num_tasks', '?')} tasks of {res.get('n_way', '?')} "
+        f"classes, class-incremental ({2 * int(res.get('num_tasks', 0))} outputs), "
+        f"{res.get('k_shot', '?')} demonstrations per class, {res.get('runs', '?')} runs: accuracy (%) "
+        "of each task after the whole sequence and when learned alone (2-way), mean ± population std over "
+        "runs; the last row is the average (ACC after the sequence). NCM: nearest class mean on the same "
+        "features (L2-normalised)."
+    )
+    header = ["task", "queries", "ACL, after all", "ACL, alone", "NCM, after all", "NCM, alone"]
+    rows = []
+    for j, task in enumerate(acl["task_names"]):
+        rows.append(
+            [
+                task,
+                (res.get("queries") or ["?"] * (j + 1))[j],
+                pm(acl["R"][-1][j], acl["R_std"][-1][j]),
+                pm(acl["alone"][task]["mean"], acl["alone"][task]["std"]),
+                pm(ncm["R"][-1][j], ncm["R_std"][-1][j]),
+                pm(ncm["alone"][task]["mean"], ncm["alone"][task]["std"]),
+            ]
+        )
+
+    def avg_alone(r: Mapping[str, Any]) -> float:
+        return sum(v["mean"] for v in r["alone"].values()) / len(r["alone"])
+
+    rows.append(
+        [
+            "**average**",
+            "",
+            pm(acl["ACC"]["mean"], acl["ACC"]["std"]),
+            pct(avg_alone(acl)),
+            pm(ncm["ACC"]["mean"], ncm["ACC"]["std"]),
+            pct(avg_alone(ncm)),
+        ]
+    )
+    return [f"## {name}: ACL vs nearest class mean", "", desc, ""] + md_table(header, rows) + [""]
+
+
 def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
     """Write ``run_dir/plots/*.png`` and ``run_dir/report.md`` from an ACL ``results.json`` dict.
 
@@ -345,6 +387,8 @@ def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
             lines += _section_split(name, res, plots)[0]
     if results.get("long_span"):
         lines += _section_long_span(results, plots)[0]
+    for name, res in (results.get("mini") or {}).items():
+        lines += _section_mini(name, res)
 
     log = run_dir / "metrics.jsonl"
     if log.is_file():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from fastweights.checks import check_device, check_int
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import PoolConfig
-from fastweights.models.classifier_config import ClassifierConfig, check_label_space
+from fastweights.models.classifier_config import ClassifierConfig, check_conv4_backbone, check_label_space
 from fastweights.recipes.common import OptimConfig
 
 __all__ = ["SequentialConfig", "SequentialTrainConfig", "SequentialEvalConfig"]
@@ -53,6 +53,7 @@ class SequentialConfig:
     def __post_init__(self) -> None:
         """Checks across sections (each section checks its own fields)."""
         check_device("device", self.device)
+        check_conv4_backbone(self.model, "sequential")
         t = self.train
         check_label_space(
             self.model.num_classes,
