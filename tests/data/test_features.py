@@ -19,6 +19,9 @@ class CountingEncoder:
     def __init__(self, name: str = "toy", weights: str = "ab" * 32) -> None:
         self.name, self.weights_sha256, self.calls = name, weights, 0
 
+    def fingerprint(self):
+        return {}
+
     def encode(self, images, *, image_size, batch_size=64, progress=None):
         self.calls += 1
         flat = images.reshape(len(images), -1).astype(np.float32)

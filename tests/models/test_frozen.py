@@ -109,3 +109,16 @@ def test_efficientnet_lite0_is_frozen_and_gives_1280_features():
     b = enc.encode(images, image_size=64, batch_size=1)
     assert a.shape == (3, 1280) and np.isfinite(a).all()
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # eval-mode batch norm: no batch dependence
+
+
+def test_feature_input_records_the_encoder_in_its_state_dict():
+    from fastweights.models.backbones import FeatureInput
+
+    a, b = FeatureInput(4, "a" * 64), FeatureInput(4, "b" * 64)
+    assert a.trained_encoder() == "a" * 64 and FeatureInput(4).trained_encoder() is None
+    b.load_state_dict(a.state_dict())
+    assert b.trained_encoder() == "a" * 64 and "encoder_sha256" in a.state_dict()
+    with pytest.raises(ValueError, match="encoder_sha256: expected 64 hex digits"):
+        FeatureInput(4, "xyz")
+    with pytest.raises(ValueError, match=r"features: expected a float tensor \[N, 4\]"):
+        a(torch.zeros(2, 5))

@@ -63,7 +63,8 @@ def test_frozen_train_and_mini_evaluation(tmp_path, vit_file):
     model = acl.build_model(cfg)
     assert isinstance(model.backbone, FeatureInput) and model.backbone.feature_dim == 64
     saved = torch.load(run / "checkpoints" / "latest.pt", weights_only=False)["model"]
-    assert not any(k.startswith("backbone.") for k in saved)  # the encoder is never part of the model
+    # the encoder is never part of the model: its checkpoint holds only the encoder's weights hash
+    assert [k for k in saved if k.startswith("backbone.")] == ["backbone.encoder_sha256"]
     features = list((tmp_path / "cache" / "features").rglob("*.npz"))
     assert {f.name.split("-")[0] for f in features} >= {"FontGlyphs_train", "EmojiImages_train"}
     stamps = {f: f.stat().st_mtime_ns for f in features}
@@ -94,6 +95,14 @@ def test_frozen_train_and_mini_evaluation(tmp_path, vit_file):
             r = res[learner]
             assert len(r["R"]) == 5 and 0.0 <= r["ACC"]["mean"] <= 1.0
             assert set(r["alone"]) == set(r["task_names"])
+    # the checkpoint records the encoder: other weights at evaluation time are refused
+    assert model.backbone.trained_encoder() is not None
+    other = tmp_path / "other.pt"
+    torch.save({k: v + 1 for k, v in torch.load(vit_file, weights_only=True).items()}, other)
+    with pytest.raises(ValueError, match=r"model.backbone_weights: the vit_b16 weights now have sha256"):
+        acl.evaluate(
+            run, out_dir=tmp_path / "eval2", overrides=[*overrides, f"model.backbone_weights={other}"]
+        )
     report = (run / "report.md").read_text()
     assert "mini Split-Emoji" in report and "nearest class mean" in report and "vit_b16 (frozen" in report
 
@@ -112,6 +121,8 @@ def test_frozen_train_and_mini_evaluation(tmp_path, vit_file):
         ("eval.mini_datasets=[digits,svhn]", "eval.mini_datasets"),
         ("eval.mini_benchmarks=[cifar]", "eval.mini_benchmarks"),
         ("eval.mini_demos_per_class=2", "eval.mini_demos_per_class"),
+        ("model.backbone_image_size=36", "model.backbone_image_size"),  # not a multiple of the patch (8)
+        ("model.backbone=conv4", "model.backbone_weights"),  # a weights file without a frozen encoder
     ],
 )
 def test_bad_frozen_settings_are_one_line_errors(tmp_path, vit_file, capsys, override, key):

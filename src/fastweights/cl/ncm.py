@@ -2,10 +2,13 @@
 experiment (ACL paper App. A.8 compares with prompt-based learners; an NCM on the same frozen features
 is the simplest continual learner that cannot forget: each class is its mean, Mensink et al. 2013).
 
-After each task of a stream, the mean of every class seen so far (over all its demonstrations so far)
-is kept; a query is predicted as the label of the nearest mean (Euclidean distance, on L2-normalised
-features by default) among the labels seen so far. This is the same accuracy matrix ``R[i, j]`` as
-:func:`fastweights.cl.split_protocol.evaluate_split_tasks` gives the in-context learners.
+After each task of a stream, the mean of every label seen so far (over all its demonstrations so far;
+in a class-incremental stream a label is a class) is kept; a query is predicted as the label of the
+nearest mean (Euclidean distance, on L2-normalised features by default) among the labels seen so far.
+The accuracy matrix ``R[i, j]`` has the layout of
+:func:`fastweights.cl.split_protocol.evaluate_split_tasks`; unlike the in-context learners, which score
+every output, the NCM classifier cannot predict a label it has not seen, so its ``R[i, j]`` for
+``j > i`` is 0 in a class-incremental stream.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ take it unchanged, and the classifier reads the vectors through
 :class:`~fastweights.models.backbones.FeatureInput` (``channels == 0`` marks features everywhere).
 
 Cache: ``<cache>/features/<encoder>-<weights sha256[:12]>/<source>-<size>px-<key>.npz``, where the key
-hashes the encoder name, its weights' SHA-256, the encoder input size, the source name and the SHA-256
-of the images' bytes (and shape), so a change of any of them is a different entry (the stale one is
-never read). Features are stored as float16 (half the disk; ~3 significant digits) and returned as
-float32.
+hashes the encoder name, its weights' SHA-256, any architecture detail the weights do not fix
+(``encoder.fingerprint()``), the encoder input size, the source name and the SHA-256 of the images'
+bytes (and shape), so a change of any of them is a different entry (the stale one is never read).
+Features are stored as float16 (half the disk; ~3 significant digits; float32 if a value exceeds
+float16's range) and returned as float32.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Encoder(Protocol):
     name: str
     feature_dim: int
     weights_sha256: str
+
+    def fingerprint(self) -> dict: ...
 
     def encode(
         self, images: np.ndarray, *, image_size: int, batch_size: int = 64, progress=None
@@ -108,6 +111,8 @@ def encode_cached(
         "source": source,
         "images": [digest, list(images.shape), str(images.dtype)],
     }
+    if encoder.fingerprint():  # architecture beyond the weights (a ViT's heads)
+        parts["architecture"] = encoder.fingerprint()
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder = root / "features" / f"{encoder.name}-{encoder.weights_sha256[:12]}"
     path = folder / f"{_safe(source)}-{int(image_size)}px-{cache_key(parts)}.npz"
@@ -117,7 +122,11 @@ def encode_cached(
             total=len(images), desc=f"{encoder.name} features of {source}", unit="img", dynamic_ncols=True
         ) as bar:
             f = encoder.encode(images, image_size=image_size, batch_size=batch_size, progress=bar.update)
-        return {"features": f.astype(np.float16)}
+        if not np.isfinite(f).all():
+            raise ValueError(
+                f"model.backbone_weights: the {encoder.name} encoder gave non-finite features of {source}"
+            )
+        return {"features": f.astype(np.float16 if np.abs(f).max(initial=0) < 6e4 else np.float32)}
 
     return load_or_build_npz(path, build)["features"].astype(np.float32)
 

@@ -31,7 +31,8 @@ SPLIT_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))
 
 @dataclass
 class Task:
-    """One task of a continual-learning stream (uint8 images, int64 labels).
+    """One task of a continual-learning stream (uint8 images, or float32 ``[*, F]`` features of a frozen
+    encoder; int64 labels).
 
     ``support_images [N*K, S, S]`` / ``support_labels [N*K]``: demonstrations, shot-major
     (``a, b, a, b, ...``); ``query_images [Q, S, S]`` / ``query_labels [Q]``: the evaluation images.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import torch
 from torch import Tensor, nn
 
 from fastweights.layers.base import check_input_dtype
@@ -99,16 +102,30 @@ class FeatureInput(nn.Module):
     an :class:`~fastweights.models.in_context.InContextClassifier` over synthetic features or a frozen
     encoder's cached ones (:mod:`fastweights.models.frozen`, :mod:`fastweights.data.features`).
 
+    ``encoder_sha256`` (a frozen encoder's weights hash, 64 hex digits) is kept as a uint8 buffer, so a
+    checkpoint records which encoder made the features it was trained on (:meth:`trained_encoder`).
+
     Raises:
-        ValueError: unless ``feature_dim`` is an int >= 1.
+        ValueError: unless ``feature_dim`` is an int >= 1 and ``encoder_sha256`` None or 64 hex digits.
     """
 
     example_dims = 1  # one example is a vector [F] (Conv4's is an image [C, S, S])
 
-    def __init__(self, feature_dim: int) -> None:
+    def __init__(self, feature_dim: int, encoder_sha256: str | None = None) -> None:
         super().__init__()
         check_positive_int("feature_dim", feature_dim)
         self.feature_dim = feature_dim
+        if encoder_sha256 is not None:
+            if not (isinstance(encoder_sha256, str) and re.fullmatch(r"[0-9a-f]{64}", encoder_sha256)):
+                raise ValueError(f"encoder_sha256: expected 64 hex digits, got {encoder_sha256!r}")
+            self.register_buffer(
+                "encoder_sha256", torch.tensor(list(encoder_sha256.encode()), dtype=torch.uint8)
+            )
+
+    def trained_encoder(self) -> str | None:
+        """The encoder weights hash this module holds (after ``load_state_dict``: the checkpoint's)."""
+        buf = getattr(self, "encoder_sha256", None)
+        return None if buf is None else bytes(buf.tolist()).decode()
 
     def forward(self, x: Tensor) -> Tensor:
         """``x [N, F]`` float → ``x`` itself.

@@ -57,7 +57,11 @@ class ClassifierConfig:
     def __post_init__(self) -> None:
         """Check every field without building a model (``ValueError`` naming the field)."""
         check_choice("sequence_layer", self.sequence_layer, SEQUENCE_LAYERS)
-        parse_backbone(self.backbone)
+        if parse_backbone(self.backbone) is None and self.backbone_weights:
+            raise ValueError(
+                "backbone_weights: expected '' for backbone 'conv4' (a frozen encoder's file), "
+                f"got {self.backbone_weights!r}"
+            )
         check_int("backbone_image_size", self.backbone_image_size, low=16, high=1024)
         check_ints(self, ("num_classes", "d_model", "num_layers", "num_heads", "ff_factor", "channels"))
         if self.d_model % self.num_heads:
@@ -133,11 +137,17 @@ def check_label_space(num_classes: int, ways: dict[str, list[int]]) -> None:
 
 
 def build_classifier(
-    m: ClassifierConfig, *, image_size: int, in_channels: int = 1, feature_dim: int | None = None
+    m: ClassifierConfig,
+    *,
+    image_size: int,
+    in_channels: int = 1,
+    feature_dim: int | None = None,
+    encoder_sha256: str | None = None,
 ) -> InContextClassifier:
     """The classifier of ``m`` for ``[B, T, in_channels, image_size, image_size]`` float images, or with
     a frozen backbone (``m.backbone = "frozen:<name>"``) for its ``feature_dim``-d cached features
-    ``[B, T, feature_dim]`` (:class:`~fastweights.models.backbones.FeatureInput`).
+    ``[B, T, feature_dim]`` (:class:`~fastweights.models.backbones.FeatureInput`, recording
+    ``encoder_sha256``, the encoder's weights hash).
 
     Raises:
         ValueError: from the backbone or the sequence layer for a bad field (e.g. an unknown layer), or
@@ -146,7 +156,7 @@ def build_classifier(
     if parse_backbone(m.backbone) is not None:
         if feature_dim is None:
             raise ValueError(f"backbone: {m.backbone!r} needs the encoder's feature_dim, got None")
-        backbone: nn.Module = FeatureInput(feature_dim)
+        backbone: nn.Module = FeatureInput(feature_dim, encoder_sha256)
     else:
         backbone = Conv4(
             in_channels,

@@ -24,6 +24,7 @@ import importlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,6 +91,16 @@ class FrozenEncoder(nn.Module):
     def train(self, mode: bool = True) -> FrozenEncoder:
         """Always eval mode: a frozen encoder's dropout / normalisation never switch to training."""
         return super().train(False)
+
+    def check_image_size(self, image_size: int) -> None:
+        """Raises ``ValueError`` naming ``model.backbone_image_size`` if the encoder cannot take that size
+        (every size works unless a subclass says otherwise)."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What besides the weights and the code decides the features (part of the feature cache key when
+        not empty): e.g. a ViT's architecture read from its file. The input normalisation and resize are
+        fixed by the code (``fastweights.data.features.FEATURE_CACHE_VERSION``)."""
+        return {}
 
     def features(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
         """``x [N, 3, S, S]`` float32, normalised with ``mean``/``std`` → ``[N, feature_dim]`` float32."""
@@ -167,8 +178,14 @@ class EfficientNetLite0(FrozenEncoder):
                 "scripts/setup.sh)"
             ) from None
         net = lite.EfficientNet.from_name("efficientnet-lite0")
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-        net.load_state_dict(state)
+        try:
+            net.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        except Exception as err:  # unpickling, key and shape errors alike: one line naming the file
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                "model.backbone_weights: expected EfficientNet-Lite0 weights loadable by torch.load, "
+                f"got {weights} ({first})"
+            ) from None
         super().__init__(
             net,
             name="efficientnet_lite0",

@@ -330,7 +330,18 @@ class ViTB16(FrozenEncoder):
             mean=IMAGENET_MEAN,
             std=IMAGENET_STD,
         )
-        self.image_size = net.config.image_size
+        self.image_size = net.config.image_size  # the size the weights were trained at
+
+    def check_image_size(self, image_size: int) -> None:
+        """Raises ``ValueError`` naming ``model.backbone_image_size`` unless it is a multiple of the patch."""
+        p = self.net.config.patch_size
+        if image_size % p:
+            raise ValueError(
+                f"model.backbone_image_size: expected a multiple of the ViT patch size {p}, got {image_size}"
+            )
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"config": repr(self.net.config)}
 
     def features(self, x: Tensor) -> Tensor:
         """``x [N, 3, S, S]`` float32, ImageNet-normalised, ``S`` a multiple of ``P`` → ``[N, D]`` float32.

@@ -41,6 +41,7 @@ from fastweights.recipes.acl_eval import (
     split_results,
 )
 from fastweights.recipes.acl_frozen import (
+    check_trained_encoder,
     encoder_label,
     feature_pools,
     frozen_encoder,
@@ -79,11 +80,14 @@ def build_model(cfg: ACLConfig) -> InContextClassifier:
         image_size=cfg.data.image_size,
         in_channels=cfg.data.channels,
         feature_dim=None if encoder is None else encoder.feature_dim,
+        encoder_sha256=None if encoder is None else encoder.weights_sha256,
     )
 
 
 def _domain_pools(cfg: ACLConfig) -> list[dict[str, ClassPool]]:
-    """The pools of every domain, as a frozen encoder's features when ``model.backbone`` is one."""
+    """The pools of every domain, as a frozen encoder's features when ``model.backbone`` is one (the
+    encoder is built first, so its errors come before any data is rendered)."""
+    frozen_encoder(cfg.model)
     return [feature_pools(p, cfg.model, cfg.data.cache_dir) for p in domain_pools(cfg.data)]
 
 
@@ -227,6 +231,7 @@ def _measure(
     the split benchmarks of ``eval.split_benchmarks`` × ``eval.scenarios`` and the long-span
     Split-FontGlyphs tasks (ACL paper §4)."""
     e = cfg.eval
+    check_trained_encoder(cfg.model, model)
     test_pools = [p["test"] for p in _domain_pools(cfg)]
     # all data loaded (and encoded) and checked before anything is measured
     benchmarks = load_split_benchmarks(cfg, test_pools)

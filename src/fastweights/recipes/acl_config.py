@@ -18,6 +18,7 @@ from fastweights.data.registry import CLASS_POOLS, FASHION_MNIST_DEBIAN, SPLIT_D
 from fastweights.data.task_augment import TaskAugment
 from fastweights.models.classifier_config import ClassifierConfig, check_label_space
 from fastweights.models.frozen import parse_backbone
+from fastweights.recipes.acl_frozen import MINI_BENCHMARKS, MINI_DATASETS
 from fastweights.recipes.common import OptimConfig
 
 __all__ = ["ACLConfig", "DataConfig", "ModelConfig", "TrainConfig", "EvalConfig", "CurriculumStage"]
@@ -26,9 +27,7 @@ ModelConfig = ClassifierConfig  # the classifier's config (kept under its old na
 #: eval.split_benchmarks: Split-Digits, Split-FashionMNIST, Split-Emoji (held-out subgroups), Split-MNIST
 #: (needs ``data.mnist_dir``)
 SPLIT_BENCHMARKS = ("digits", "fashion_mnist", "emoji", "mnist")
-#: eval.mini_benchmarks / eval.mini_datasets (recipes.acl_frozen.MINI_BENCHMARKS / MINI_DATASETS)
-MINI_BENCHMARK_NAMES = ("five_datasets", "emoji")
-MINI_DATASET_NAMES = ("digits", "fashion_mnist", "font_letters", "emoji", "colour_digits")
+MINI_BENCHMARK_NAMES = tuple(MINI_BENCHMARKS)  # eval.mini_benchmarks
 
 
 @dataclass
@@ -116,9 +115,7 @@ class EvalConfig:
     #: tasks, "five_datasets" (the first two classes of each of ``mini_datasets``) and/or "emoji" (mini
     #: Split-Emoji); split_runs / split_k_shot / split_query_per_class (emoji queries) apply
     mini_benchmarks: list[str] = field(default_factory=list)
-    mini_datasets: list[str] = field(
-        default_factory=lambda: ["digits", "fashion_mnist", "font_letters", "emoji", "colour_digits"]
-    )
+    mini_datasets: list[str] = field(default_factory=lambda: list(MINI_DATASETS))  # their order = task order
     mini_demos_per_class: int = 50  # demonstration candidates per class: the first train images
     mini_query_per_class: int = 100  # queries per class: the first test images (fewer if a class has fewer)
 
@@ -138,12 +135,12 @@ class EvalConfig:
             ),
         )
         check_choices("mini_benchmarks", self.mini_benchmarks, MINI_BENCHMARK_NAMES, nonempty=False)
-        check_choices("mini_datasets", self.mini_datasets, MINI_DATASET_NAMES)
+        check_choices("mini_datasets", self.mini_datasets, MINI_DATASETS)
         if len(self.mini_datasets) != 5 or len(set(self.mini_datasets)) != 5:
             raise ValueError(
                 f"mini_datasets: expected 5 distinct data sets, got {list(self.mini_datasets)!r}"
             )
-        if self.split_k_shot > self.mini_demos_per_class:
+        if self.mini_benchmarks and self.split_k_shot > self.mini_demos_per_class:
             raise ValueError(
                 f"mini_demos_per_class: expected >= split_k_shot={self.split_k_shot}, "
                 f"got {self.mini_demos_per_class}"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,12 +75,32 @@ def frozen_encoder(m: ClassifierConfig) -> FrozenEncoder | None:
         ValueError / ImportError: from :func:`~fastweights.models.frozen.build_frozen_encoder`.
     """
     name = parse_backbone(m.backbone)
-    return None if name is None else _encoder(name, m.backbone_weights)
+    if name is None:
+        return None
+    enc = _encoder(name, str(Path(m.backbone_weights).resolve()) if m.backbone_weights else "")
+    enc.check_image_size(m.backbone_image_size)
+    return enc
+
+
+def check_trained_encoder(m: ClassifierConfig, model: InContextClassifier) -> None:
+    """A trained model is evaluated on features of the encoder it was trained on.
+
+    Raises:
+        ValueError: naming ``model.backbone_weights`` when the encoder's weights hash differs from the one
+            recorded in the model's checkpoint (``FeatureInput.encoder_sha256``).
+    """
+    enc = frozen_encoder(m)
+    trained = getattr(model.backbone, "trained_encoder", lambda: None)()
+    if enc is not None and trained is not None and trained != enc.weights_sha256:
+        raise ValueError(
+            f"model.backbone_weights: the {enc.name} weights now have sha256 {enc.weights_sha256[:12]}…, the "
+            f"model was trained on features of weights {trained[:12]}…"
+        )
 
 
 def encoder_label(m: ClassifierConfig) -> str:
-    """How results name the encoder actually used: e.g. ``efficientnet_lite0 (weights sha256 1a2b3c4d5e6f,
-    64 px)``."""
+    """How results name the encoder actually used: e.g. ``efficientnet_lite0 (frozen; weights sha256
+    1a2b3c4d5e6f, 64 px)``."""
     enc = frozen_encoder(m)
     if enc is None:
         return "conv4 (trained)"
@@ -141,7 +162,7 @@ def _emoji_pool(cfg: Any, test_pools: list[ClassPool]) -> ClassPool:
     for p in test_pools:
         if p.name.split("/")[0] == "EmojiImages":
             return p
-    return load_pools_for(replace(cfg.data, source="emoji", sources=[]), "data")["test"]
+    return load_pools_for(replace(cfg.data, source="emoji", sources=[], channels=3), "data")["test"]
 
 
 def _emoji_classes(pool: ClassPool, classes: np.ndarray, queries: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -199,8 +220,9 @@ def _mini_dataset(cfg: Any, name: str) -> SplitDataset:
             return load_split_dataset(name, str(cfg.data.fashion_mnist_dir), image_size=size)
         except (FileNotFoundError, ValueError) as err:
             raise type(err)(f"data.fashion_mnist_dir: {err}") from None
+    options = {"cache_dir": cfg.data.cache_dir} if name in ("font_letters", "colour_digits") else {}
     try:
-        return load_split_dataset(name, image_size=size)
+        return load_split_dataset(name, image_size=size, **options)
     except (FileNotFoundError, ValueError) as err:
         raise type(err)(f"eval.mini_datasets: {name}: {err}") from None
 

@@ -302,12 +302,12 @@ def _section_mini(name: str, res: Mapping[str, Any]) -> list[str]:
     """One "mini" class-incremental sequence (ACL paper App. A.8): per task, the ACL model and the
     nearest-class-mean classifier on the same frozen features, after the whole sequence and alone."""
     acl, ncm = res["acl"], res["ncm"]
+    n_way, tasks = int(res["n_way"]), int(res["num_tasks"])
     desc = (
-        f"Encoder: {res.get('encoder', '?')}. {res.get('num_tasks', '?')} tasks of {res.get('n_way', '?')} "
-        f"classes, class-incremental ({2 * int(res.get('num_tasks', 0))} outputs), "
-        f"{res.get('k_shot', '?')} demonstrations per class, {res.get('runs', '?')} runs: accuracy (%) "
-        "of each task after the whole sequence and when learned alone (2-way), mean ± population std over "
-        "runs; the last row is the average (ACC after the sequence). NCM: nearest class mean on the same "
+        f"Encoder: {res['encoder']}. {tasks} tasks of {n_way} classes, class-incremental ({n_way * tasks} "
+        f"outputs), {res['k_shot']} demonstrations per class, {res['runs']} runs: accuracy (%) of each task "
+        f"after the whole sequence and when learned alone ({n_way}-way), mean ± population std over runs; "
+        "the last row is the average (ACC after the sequence). NCM: nearest class mean on the same "
         "features (L2-normalised)."
     )
     header = ["task", "queries", "ACL, after all", "ACL, alone", "NCM, after all", "NCM, alone"]
@@ -316,7 +316,7 @@ def _section_mini(name: str, res: Mapping[str, Any]) -> list[str]:
         rows.append(
             [
                 task,
-                (res.get("queries") or ["?"] * (j + 1))[j],
+                res["queries"][j],
                 pm(acl["R"][-1][j], acl["R_std"][-1][j]),
                 pm(acl["alone"][task]["mean"], acl["alone"][task]["std"]),
                 pm(ncm["R"][-1][j], ncm["R_std"][-1][j]),
