@@ -54,6 +54,7 @@ def test_sequential_presets_give_the_srwm_its_paper_init_and_every_layer_the_sca
 def test_presets_ship_inside_the_package():
     assert CONFIG_DIR == Path(fastweights.__file__).resolve().parent / "configs"
     assert available_presets("acl") == [
+        "frozen-5task-class",
         "paper",
         "paper-3task",
         "paper-5task-class",
