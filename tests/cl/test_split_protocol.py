@@ -334,29 +334,16 @@ def test_evaluate_tasks_alone_on_features_matches_a_fresh_state():
 
     res = sp.evaluate_tasks_alone(model, stream, runs=2, mean=0.0, std=1.0, channels=0)
     assert list(res["tasks"]) == ["00/01", "10/11"] and res["runs"] == 2
-    # by hand: task 1 alone, run 0, labels 0/1, first two logits
-    task = sp.task_alone(stream(0)[1])
-    with torch.no_grad():
-        _, state = model.forward_features(
-            torch.from_numpy(task.support_images)[None], torch.from_numpy(task.support_labels)[None]
-        )
-        pred = (
-            model.query_features(torch.from_numpy(task.query_images)[None], state)[0][:, :2]
-            .argmax(-1)
-            .numpy()
-        )
-    acc0 = float((pred == task.query_labels).mean())
-    task1 = sp.task_alone(stream(1)[1])
-    with torch.no_grad():
-        _, state = model.forward_features(
-            torch.from_numpy(task1.support_images)[None], torch.from_numpy(task1.support_labels)[None]
-        )
-        pred = (
-            model.query_features(torch.from_numpy(task1.query_images)[None], state)[0][:, :2]
-            .argmax(-1)
-            .numpy()
-        )
-    acc1 = float((pred == task1.query_labels).mean())
+
+    def by_hand(r: int) -> float:  # task 1 of run r alone: labels 0/1, the first two logits
+        task = sp.task_alone(stream(r)[1])
+        with torch.no_grad():
+            support, labels = torch.from_numpy(task.support_images), torch.from_numpy(task.support_labels)
+            _, state = model.forward_features(support[None], labels[None])
+            logits = model.query_features(torch.from_numpy(task.query_images)[None], state)[0]
+        return float((logits[:, :2].argmax(-1).numpy() == task.query_labels).mean())
+
+    acc0, acc1 = by_hand(0), by_hand(1)
     assert res["tasks"]["10/11"]["mean"] == pytest.approx((acc0 + acc1) / 2)
     # the same features through evaluate_split_tasks (channels=0: features passed through unchanged)
     full = evaluate_split_tasks(model, stream, runs=1, n_out=4, mean=0.0, std=1.0, channels=0)
