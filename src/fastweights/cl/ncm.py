@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fastweights.checks import check_int
 from fastweights.cl.metrics import summarize_runs
 from fastweights.data.streams import Task
 
@@ -70,8 +71,7 @@ def evaluate_ncm_tasks(
     Raises:
         ValueError: for ``runs < 1`` or tasks whose examples are not float feature matrices.
     """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"runs: expected an int >= 1, given {runs!r}")
+    check_int("runs", runs)
     matrices, names = [], []
     for r in range(runs):
         tasks = tasks_for_run(r)

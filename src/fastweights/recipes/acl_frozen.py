@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fastweights.cl.ncm import evaluate_ncm_tasks, ncm_task_alone
-from fastweights.cl.split_protocol import evaluate_split_tasks, evaluate_tasks_alone, task_alone
+from fastweights.cl.split_protocol import evaluate_split_tasks, evaluate_tasks_alone
 from fastweights.data.features import encode_cached, feature_pool
 from fastweights.data.registry import load_pools_for, load_split_dataset
 from fastweights.data.sources.base import ClassPool, SplitDataset
@@ -254,7 +254,7 @@ def mini_results(
         alone: dict[str, list[float]] = {}
         for r in range(e.split_runs):
             for t in stream(r):
-                alone.setdefault(t.name, []).append(ncm_task_alone(task_alone(t)))
+                alone.setdefault(t.name, []).append(ncm_task_alone(t))  # label values do not matter
         ncm["alone"] = {k: {"mean": float(np.mean(v)), "std": float(np.std(v))} for k, v in alone.items()}
         out[name] = {
             "encoder": encoder_label(cfg.model),
