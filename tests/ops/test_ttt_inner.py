@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fastweights.ops._ttt_inner import _gelu_tanh_grad, _gelu_tanh_grad_exact, _ln_l2_grad
-from fastweights.ops.ttt import _boundary_weights
+from fastweights.ops.ttt import _dual_attention, _scaled_causal
 
 
 def _plain_ln_l2_grad(z, shifted, weight, eps):
@@ -68,16 +68,18 @@ def test_gelu_tanh_grad_backward(fn, constants):
     assert torch.autograd.gradcheck(fn, (_t(20),))
 
 
-@pytest.mark.parametrize("with_base", [False, True])
-def test_boundary_weights_backward(with_base):
-    w, keys, lr_g = _t(2, 3, 4, 6), _t(2, 3, 5, 4, seed=1), _t(2, 3, 5, 6, seed=2)
-    s = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
-    base = _t(2, 3, 4, 6, seed=4) if with_base else None
-
-    def plain(w, keys, lr_g, s):
-        total = keys.transpose(-2, -1) @ lr_g
-        return w - s * (total if base is None else base + total)
-
-    _same_values_and_gradients(lambda *a: _boundary_weights(*a, base), plain, (w, keys, lr_g, s))
-    args = (w[:1, :1], keys[:1, :1], lr_g[:1, :1], s, None if base is None else base[:1, :1])
-    assert torch.autograd.gradcheck(_boundary_weights, args)
+def test_dual_attention_reads_the_in_mini_batch_weights():
+    """``x W + b - A G`` equals ``x_i W_i + b_i`` with the per-token weights written out:
+    ``W_i = W - s_i sum_{j<=i} lr_j keys_j^T g_j`` and ``b_i = b - s_i sum_{j<=i} lr_j g_j`` (§2.5)."""
+    n, d_in, d_out = 7, 5, 6
+    x, keys, g = _t(3, n, d_in), _t(3, n, d_in, seed=1), _t(3, n, d_out, seed=2)
+    w, bias = _t(3, d_in, d_out, seed=3), _t(3, 1, d_out, seed=4)
+    lr, s = _t(3, n, seed=5).abs(), _t(n, seed=6).abs()
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    attn = _dual_attention(x, keys, _scaled_causal(s.unsqueeze(-1), lr, future))
+    dual = x @ w + bias - attn @ g
+    for i in range(n):
+        upd_w = sum(lr[:, j, None, None] * keys[:, j, :, None] * g[:, j, None, :] for j in range(i + 1))
+        upd_b = sum(lr[:, j, None, None] * g[:, j, None, :] for j in range(i + 1))
+        row = x[:, i : i + 1] @ (w - s[i] * upd_w) + (bias - s[i] * upd_b)
+        torch.testing.assert_close(dual[:, i : i + 1], row, rtol=0, atol=1e-12)

@@ -41,8 +41,6 @@ Precision: float32/float64 inputs are computed in their own dtype; float16/bfloa
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -122,58 +120,17 @@ def _reference(
 # --------------------------------------------------------------------------------------- dual form
 
 
-def _causal_attention(x: Tensor, keys: Tensor, lr_j: Tensor, future: Tensor) -> Tensor:
-    """``A[i, j] = lr_j (x_i . keys_j)`` for ``j <= i``, else 0; ``x, keys [..., n, D]``,
-    ``lr_j [..., n]``, ``future [n, n]`` true for ``j > i``."""
-    return ((x @ keys.transpose(-2, -1)) * lr_j.unsqueeze(-2)).masked_fill(future, 0.0)
+def _scaled_causal(s_i: Tensor, lr_j: Tensor, future: Tensor) -> Tensor:
+    """``SL[i, j] = s_i lr_j`` for ``j <= i``, else 0: ``s_i [n, 1]``, ``lr_j [..., n]`` → ``[..., n, n]``."""
+    return (s_i * lr_j.unsqueeze(-2)).masked_fill(future, 0.0)
 
 
-def _dual_update(xw_b, x, attn, g, lr_g, s_i, acc_w, acc_b, has_acc: bool) -> Tensor:
-    """``x W_i + b_i`` for every row i from ``xw_b = x W + b``, with ``W_i = W - s_i (acc_W + sum_{j<=i}
-    lr_j keys_j^T g_j)`` and ``b_i = b - s_i (acc_b + sum_{j<=i} lr_j g_j)``, without materialising
-    ``W_i`` (dual form, §2.5); ``attn`` from :func:`_causal_attention`, ``lr_g = lr_j g_j``."""
-    upd = attn @ g + torch.cumsum(lr_g, dim=-2)
-    if has_acc:
-        upd = upd + x @ acc_w + acc_b
-    return xw_b - s_i * upd
-
-
-class _BoundaryWeights(torch.autograd.Function):
-    """``W - s (base + keys^T lr_g)``: the mini-batch boundary update of a weight matrix, whose backward
-    recomputes ``keys^T lr_g`` instead of saving it (with a learnable ``s``, autograd would keep one
-    ``[B, H, D_in, D_out]`` product per mini-batch: most of TTT-MLP's memory)."""
-
-    @staticmethod
-    def forward(ctx: Any, w: Tensor, keys: Tensor, lr_g: Tensor, s: Tensor, base: Tensor | None) -> Tensor:
-        total = keys.transpose(-2, -1) @ lr_g
-        if base is not None:
-            total = total + base
-        ctx.save_for_backward(keys, lr_g, s, base)
-        return w - s * total
-
-    @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
-        keys, lr_g, s, base = ctx.saved_tensors
-        kg = keys @ g  # [..., n, D_out]
-        g_s = -(kg * lr_g).sum()
-        if base is not None:
-            g_s = g_s - (g * base).sum()
-        return (
-            g,
-            -s * (lr_g @ g.transpose(-2, -1)),
-            -s * kg,
-            g_s.reshape(s.shape),
-            -s * g if base is not None else None,
-        )
-
-
-def _boundary_weights(w: Tensor, keys: Tensor, lr_g: Tensor, s: Tensor, base: Tensor | None) -> Tensor:
-    return _BoundaryWeights.apply(w, keys, lr_g, s, base)
-
-
-def _boundary_bias(b: Tensor, lr_g: Tensor, s: Tensor, base: Tensor | None) -> Tensor:
-    total = lr_g.sum(dim=2, keepdim=True)
-    return b - s * (total if base is None else base + total)
+def _dual_attention(x: Tensor, keys: Tensor, scaled: Tensor) -> Tensor:
+    """``A[i, j] = s_i lr_j (x_i . keys_j + 1)`` for ``j <= i``, else 0 (``scaled`` from
+    :func:`_scaled_causal`): with it, ``x W_i + b_i = x W + b - A G`` for the in-mini-batch weights
+    ``W_i = W - s_i sum_{j<=i} lr_j keys_j^T g_j``, ``b_i = b - s_i sum_{j<=i} lr_j g_j`` (dual form,
+    §2.5; the ``+ 1`` is the bias's share, the running sum the reference takes with ``cumsum``)."""
+    return torch.addcmul(scaled, x @ keys.transpose(-2, -1), scaled)
 
 
 def _full_runs(segments: list[tuple[int, int, int]], mbs: int) -> tuple[int, int]:
@@ -205,15 +162,22 @@ def _dual(
     )
     mbs = s.shape[0]
     mlp = names == _MLP
+    gelu_grad = _gelu_tanh_grad_exact if exact else _gelu_tanh_grad
     b, h, t, d = qh.shape
+    bh = b * h
+    s_col, s_last = s.unsqueeze(-1), s[mbs - 1]  # [mbs, 1]; the boundary's scale s_b
+
+    def flat(x: Tensor) -> Tensor:  # [B, H, ...] -> [B*H, ...] (batched matmuls take 3-D operands)
+        return x.reshape(bh, *x.shape[2:])
+
     with torch.autocast(q.device.type, enabled=False):
-        ws = {n: state[f"{n}_states"] for n in names}
-        acc = {n: state[f"{n}_grad"] for n in names}
+        ws = {n: flat(state[f"{n}_states"]) for n in names}
         has_acc = state["offset"] > 0
+        acc = {n: flat(state[f"{n}_grad"]) for n in names} if has_acc else {}
+        lnw_flat = lnw.expand(b, h, 1, d).reshape(bh, 1, d)
+        # bias - target of the inner loss (see _ln_l2_grad), for the whole sequence at once
+        qf, kf, shifted_all, lrf = (flat(x) for x in (qh, kh, lnb - (vh - kh), lrh))
         segments = list(_segments(state["offset"], t, mbs))
-        # what does not depend on the inner weights is computed for all whole mini-batches at once:
-        # the first layer's causal attention and the stacked [keys; queries] of each mini-batch
-        first, count = _full_runs(segments, mbs)
         masks: dict[int, Tensor] = {}
 
         def future(n: int) -> Tensor:  # [n, n], True above the diagonal (made once per length)
@@ -221,87 +185,77 @@ def _dual(
                 masks[n] = torch.ones(n, n, dtype=torch.bool, device=qh.device).triu(1)
             return masks[n]
 
-        shifted_all = lnb - (vh - kh)  # bias - target of the inner loss (see _ln_l2_grad)
+        def terms(lo: int, n: int, pos: int, blocks: int = 0) -> tuple[Tensor, ...]:
+            """What does not depend on the inner weights, for ``blocks`` whole mini-batches from token
+            ``lo`` at once (``[BH, blocks, ...]``) or one segment of ``n`` tokens (``blocks`` 0)."""
+            hi = lo + (blocks or 1) * n
+            shape = (bh, blocks, n) if blocks else (bh, n)
+            queries, keys = (x[:, lo:hi].reshape(*shape, d) for x in (qf, kf))
+            kq = torch.cat([keys, queries], dim=-2)  # [keys; queries]: one matmul gives K W and Q W
+            keys, queries = kq.split(n, dim=-2)
+            lr_j = lrf[:, lo:hi].reshape(shape)
+            scaled = _scaled_causal(s_col[pos : pos + n], lr_j, future(n))
+            lr_col = (s_last if pos + n == mbs else 1.0) * lr_j.unsqueeze(-1)
+            shifted = shifted_all[:, lo:hi].reshape(*shape, d)
+            return queries, keys, kq, shifted, scaled, _dual_attention(queries, keys, scaled), lr_col
+
+        first, count = _full_runs(segments, mbs)
         whole: dict[int, tuple[Tensor, ...]] = {}
-        if count:
-            lo, hi = segments[first][0], segments[first][0] + count * mbs
-
-            def blocks(x: Tensor) -> Tensor:
-                return x[:, :, lo:hi].reshape(b, h, count, mbs, *x.shape[3:])
-
-            kq_full = torch.cat([blocks(kh), blocks(qh)], dim=3)  # [B, H, N, 2 mbs, D]
-            kb, qb = kq_full[:, :, :, :mbs], kq_full[:, :, :, mbs:]  # views: one copy of q and k
-            lr_b = blocks(lrh)
-            attn = _causal_attention(qb, kb, lr_b, future(mbs))
-            per_block = (qb, kb, blocks(shifted_all), lr_b, attn, kq_full)
-            # unbind, not indexing: its backward stacks the blocks' gradients once
-            for j, views in enumerate(zip(*(x.unbind(2) for x in per_block), strict=True)):
+        if count:  # unbind, not indexing: its backward stacks the blocks' gradients once
+            per_block = terms(segments[first][0], mbs, 0, count)
+            for j, views in enumerate(zip(*(x.unbind(1) for x in per_block), strict=True)):
                 whole[first + j] = views
         zs = []
         for i, (start, n, pos) in enumerate(segments):
-            s_i = s[pos : pos + n, None]  # [n, 1]
-            if i in whole:
-                Q, K, shifted, lr_j, attn1, kq = whole.pop(i)
-            else:
-                Q, K, shifted = (x[:, :, start : start + n] for x in (qh, kh, shifted_all))  # [B, H, n, D]
-                lr_j = lrh[:, :, start : start + n]  # [B, H, n]
-                attn1, kq = _causal_attention(Q, K, lr_j, future(n)), torch.cat([K, Q], dim=2)
-            # one matmul for the keys (the inner gradients at the mini-batch start) and the queries
-            zz = kq @ ws["W1"] + ws["b1"]
-            z1, zq = zz.split(n, dim=2)  # split, not slicing: one gradient concatenation, no zero fills
+            Q, K, kq, shifted, scaled, attn1, lr_col = whole.pop(i) if i in whole else terms(start, n, pos)
+            s_i = s_col[pos : pos + n]
+            zz = torch.baddbmm(ws["b1"], kq, ws["W1"])  # [K; Q] W1 + b1: the keys' and queries' rows
+            z1, z = zz.split(n, dim=1)  # split, not slicing: one gradient concatenation, no zero fills
+            if has_acc:  # the running sums of a mini-batch begun in an earlier call
+                z = z - s_i * torch.baddbmm(acc["b1"], Q, acc["W1"])
             if mlp:
                 x2 = _gelu(z1)
-                g2 = _ln_l2_grad(x2 @ ws["W2"] + ws["b2"], shifted, lnw, eps)
-                g1 = (g2 @ ws["W2"].transpose(-2, -1)) * (
-                    _gelu_tanh_grad_exact(z1) if exact else _gelu_tanh_grad(z1)
-                )
+                g2 = _ln_l2_grad(torch.baddbmm(ws["b2"], x2, ws["W2"]), shifted, lnw_flat, eps)
+                g1 = (g2 @ ws["W2"].transpose(1, 2)) * gelu_grad(z1)
             else:
-                g1 = _ln_l2_grad(z1, shifted, lnw, eps)
-            lrg1 = lr_j.unsqueeze(-1) * g1
-            z = _dual_update(zq, Q, attn1, g1, lrg1, s_i, acc.get("W1"), acc.get("b1"), has_acc)
-            sources = {"W1": (K, lrg1)}  # the weight sums sum_j keys_j^T lr_j g_j come from these
+                g1 = _ln_l2_grad(z1, shifted, lnw_flat, eps)
+            z = torch.baddbmm(z, attn1, g1, alpha=-1)
+            sources = {"W1": (K, g1)}  # the weight sums sum_j lr_j keys_j^T g_j come from these
             if mlp:
                 x = _gelu(z)
-                lrg2 = lr_j.unsqueeze(-1) * g2
-                z = _dual_update(
-                    x @ ws["W2"] + ws["b2"],
-                    x,
-                    _causal_attention(x, x2, lr_j, future(n)),
-                    g2,
-                    lrg2,
-                    s_i,
-                    acc.get("W2"),
-                    acc.get("b2"),
-                    has_acc,
-                )
-                sources["W2"] = (x2, lrg2)
+                z = torch.baddbmm(ws["b2"], x, ws["W2"])
+                if has_acc:
+                    z = z - s_i * torch.baddbmm(acc["b2"], x, acc["W2"])
+                z = torch.baddbmm(z, _dual_attention(x, x2, scaled), g2, alpha=-1)
+                sources["W2"] = (x2, g2)
             zs.append(z)
+            new = {}  # lr_col carries s_b at a boundary: sum_j s_b lr_j keys_j^T g_j (and the bias's)
+            for m, (keys, g) in sources.items():
+                lr_g = lr_col * g
+                bias = f"b{m[1:]}"
+                new[m], new[bias] = (keys.transpose(1, 2), lr_g), lr_g.sum(dim=1, keepdim=True)
             if pos + n == mbs:  # a boundary: W^{m+1} = W^m - s_b (running sums), which restart
-                base = acc if has_acc else dict.fromkeys(names)
-                s_last = s[mbs - 1]
-                ws = {
-                    **{m: _boundary_weights(ws[m], *sources[m], s_last, base[m]) for m in sources},
-                    **{
-                        f"b{m[1:]}": _boundary_bias(ws[f"b{m[1:]}"], sources[m][1], s_last, base[f"b{m[1:]}"])
-                        for m in sources
-                    },
-                }
-                acc = {}  # no running sums until the next token (zeros are made at the end if needed)
-                has_acc = False
+                for m in sources:
+                    bias = f"b{m[1:]}"
+                    w_m, b_m = ws[m], ws[bias]
+                    if has_acc:
+                        w_m, b_m = w_m - s_last * acc[m], b_m - s_last * acc[bias]
+                    ws[m] = torch.baddbmm(w_m, *new[m], alpha=-1)
+                    ws[bias] = b_m - new[bias]
+                acc, has_acc = {}, False  # no sums until the next token (zeros are made at the end)
             else:  # running sums (the state's W_grad) of a mini-batch left unfinished
-                new = {}
-                for m, (keys, lr_g) in sources.items():
-                    new[m], new[f"b{m[1:]}"] = keys.transpose(-2, -1) @ lr_g, lr_g.sum(dim=2, keepdim=True)
+                for m in sources:
+                    new[m] = torch.bmm(*new[m])
                 acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}
                 has_acc = True
         if not has_acc:
             acc = {m: torch.zeros_like(ws[m]) for m in names}
-        o = qh + _ln(torch.cat(zs, dim=2), lnw, lnb, eps) if zs else qh.clone()
+        o = qh + _ln(torch.cat(zs, dim=1).reshape(b, h, t, d), lnw, lnb, eps) if zs else qh.clone()
     offset = (state["offset"] + t) % mbs
     final = {
         "offset": offset,
-        **{f"{m}_states": ws[m] for m in names},
-        **{f"{m}_grad": acc[m] for m in names},
+        **{f"{m}_states": ws[m].reshape(b, h, *ws[m].shape[1:]) for m in names},
+        **{f"{m}_grad": acc[m].reshape(b, h, *acc[m].shape[1:]) for m in names},
     }
     return _finish(o, q, final, output_final_state)
 
