@@ -1,7 +1,9 @@
 """Speed and peak memory of the fast paths against their per-step references, measured in one run.
 
 Every variant runs forward + backward (fp32) in a fresh subprocess. Time is the minimum over
-``--repeats`` runs. Peak memory, above what was live before one forward + backward:
+``--repeats`` runs; the forward alone (building the autograd graph) is timed within the same runs
+(min over them), so the backward is roughly the difference. Peak memory, above what was live before
+one forward + backward:
 
 - CPU ``rss``: the rise of the process's ``VmHWM`` (reset through ``/proc/self/clear_refs``), measured
   first in the fresh process — every allocation, including a C++ kernel's own;
@@ -137,15 +139,27 @@ def _measure(name: str, fn_name: str, shape: dict, repeats: int, device: str) ->
             t.grad = None
 
     rss = peak_rss_bytes(step) if device == "cpu" and os.path.exists("/proc/self/clear_refs") else None
-    times = []
+    times, forward = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        step()
+        loss = _call(name, op, grads, extra).square().sum()  # the forward, building the autograd graph
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        loss.backward()
+        for t in grads:
+            t.grad = None
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        forward.append(t1 - t0)
     tensors = peak_bytes(step, device) / 2**20
-    return {"seconds": min(times), "tensors_mb": tensors, "rss_mb": None if rss is None else rss / 2**20}
+    return {
+        "seconds": min(times),
+        "forward_seconds": min(forward),
+        "tensors_mb": tensors,
+        "rss_mb": None if rss is None else rss / 2**20,
+    }
 
 
 def mm_rate(device: str, n: int = 2048, repeats: int = 5) -> float:
@@ -196,6 +210,7 @@ def main() -> None:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             base = base or r
             line = f"{name:10s} {label:26s} {r['seconds']:8.3f} s  {base['seconds'] / r['seconds']:6.1f}x"
+            line += f"  (forward {r['forward_seconds']:.3f} s)"
             if flop is not None:
                 gflops = flop / r["seconds"] / 1e9
                 line += f"  {gflops:6.1f} GFLOP/s ({100 * gflops / rate:4.1f}% of mm)"
