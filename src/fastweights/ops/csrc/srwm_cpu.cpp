@@ -394,7 +394,7 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __
     std::memcpy(g_out, g_w, e * c * sizeof(T));
     return;
   }
-  Buf<T> wb(e * P), gb(e * P), ub(P), gub(P), gdb(P), gpb(P), rb(P), dpb(P), gyrb(P), gkb(e), gqb(e), qb(e);
+  Buf<T> wb(e * P), gb(e * P), ub(P), gub(P), gdb(P), gpb(P), gyrb(P), gkb(e), gqb(e), qb(e);
   T* gyr_pad = gyrb.p;
   T* w = wb.p;
   T* g = gb.p;
@@ -402,33 +402,38 @@ void backward_one(const T* __restrict__ x, const T* __restrict__ xr, const T* __
   T* gu = gub.p;
   T* gd = gdb.p;
   T* gproj = gpb.p;
-  T* rate = rb.p;
-  T* dpad = dpb.p;
   T* gk = gkb.p;
   T* gqmk = gqb.p;
   T* qmk = qb.p;
   load_padded(w_final, w, e, c, P);
   load_padded(g_w, g, e, c, P);
-  auto written = [&](int64_t t) {  // u_t = d_t * beta_t per column
-    column_rates(act + t * na + 2 * e, rate, o, e, c);
-    std::memcpy(dpad, diff + t * c, c * sizeof(T));
-    for (int64_t j = 0; j < P; ++j) u[j] = dpad[j] * rate[j];
+  const int64_t ends[5] = {0, o, o + e, o + 2 * e, c};
+  auto by_rates = [&](const T* __restrict__ src, T* __restrict__ dst, const T* beta) {  // dst = src * rate
+    for (int r = 0; r < 4; ++r)
+      for (int64_t j = ends[r]; j < ends[r + 1]; ++j) dst[j] = src[j] * beta[r];
+  };
+  auto written = [&](int64_t t) {  // u_t = d_t * beta_t per column (u's padding stays 0)
+    by_rates(diff + t * c, u, act + t * na + 2 * e);
+    if (t > 0) {  // the step before is read next, backwards in time: fetch its rows ahead
+      const char* dn = reinterpret_cast<const char*>(diff + (t - 1) * c);
+      for (int64_t b = 0; b < static_cast<int64_t>(c * sizeof(T)); b += 64) __builtin_prefetch(dn + b);
+      const char* an = reinterpret_cast<const char*>(act + (t - 1) * na);
+      for (int64_t b = 0; b < static_cast<int64_t>(na * sizeof(T)); b += 64) __builtin_prefetch(an + b);
+    }
   };
   written(steps - 1);
   undo_all(w, g, P, e, u, act + (steps - 1) * na + e, gu, gk);
-  const int64_t ends[4] = {o, o + e, o + 2 * e, c};
   for (int64_t t = steps - 1; t >= 0; --t) {
     const T* a = act + t * na;
     const T* q = a;
     const T* k = a + e;
     const T* beta = a + 2 * e;
     const T* d = diff + t * c;
-    column_rates(beta, rate, o, e, c);
-    for (int64_t j = 0; j < P; ++j) gd[j] = gu[j] * rate[j];
+    by_rates(gu, gd, beta);  // gd's padding stays 0
     T gbeta[4];
-    for (int r = 0, j = 0; r < 4; ++r) {
+    for (int r = 0; r < 4; ++r) {
       T s = 0;
-      for (; j < ends[r]; ++j) s += gu[j] * d[j];
+      for (int64_t j = ends[r]; j < ends[r + 1]; ++j) s += gu[j] * d[j];
       gbeta[r] = s;
     }
     for (int64_t i = 0; i < e; ++i) {  // g_(q-k) = g_d W_{t-1}^T
