@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -308,7 +309,26 @@ def _train_or_eval(args: argparse.Namespace, module: Any) -> None:
     print(f"report: {out / 'report.md'}")
 
 
+# the kernel's THP mode ("always [madvise] never"); a module constant so tests can point it elsewhere
+_THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def _huge_pages_by_default() -> None:
+    """Let torch's CPU allocator put large tensors (>= 2 MiB) on transparent huge pages
+    (``THP_MEM_ALLOC_ENABLE=1``, which c10 reads at its first allocation, so this runs before torch is
+    imported) unless the user set the variable or the kernel has THP off. Taking fresh activations one
+    4 KiB page fault at a time cost about a third of an ACL training step on a 2-core virtual machine
+    (docs/results.md, "Huge pages"). ``THP_MEM_ALLOC_ENABLE=0`` turns it off."""
+    try:
+        mode = _THP_MODE.read_text()
+    except OSError:  # not Linux, or no THP support
+        return
+    if "[never]" not in mode:
+        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _huge_pages_by_default()
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if hasattr(args, "overrides"):  # key=value items may also follow options such as --out
