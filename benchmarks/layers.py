@@ -10,12 +10,14 @@ one forward + backward:
 - ``tensors``: the largest amount of tensor memory allocated at once (CPU: the running sum of
   ``torch.profiler``'s allocation events, an untimed run; CUDA: ``torch.cuda.max_memory_allocated``).
 
-For SRWM the run also times the large-``mm`` fp32 rate (2048², in this process, same threads) and
-prints each variant's GFLOP/s and its share of that rate: the op's work is counted as 10 E×C
-multiply-adds per (batch, head, step) — 3 in the forward (x W, (q - k) W, the rank-1 update) and 7 in
-the reversal backward (two matrix-vector products, two outer products into dL/dW, the undo, and the
-two gradients of the update: G u and k G). The naive loop is an independent per-step autograd
-implementation of Irie et al. 2022, Eq. 5-8 (checked against ``srwm_reference`` at the start).
+For SRWM each variant's process also times the large-``mm`` fp32 rate (2048², same threads), once in
+every round before the variant's step (min over the rounds; on a shared machine the rate itself moved
+between 85 and 174 GFLOP/s from run to run), and prints the variant's GFLOP/s and its share of that
+rate. The op's work is counted as 10 E×C multiply-adds per (batch, head, step) — 3 in the forward
+(x W, (q - k) W, the rank-1 update) and 7 in the reversal backward (two matrix-vector products, two
+outer products into dL/dW, the undo, and the two gradients of the update: G u and k G). The naive
+loop is an independent per-step autograd implementation of Irie et al. 2022, Eq. 5-8 (checked against
+``srwm_reference`` at the start).
 
     python benchmarks/layers.py                 # the full shapes (minutes on 2 cores)
     python benchmarks/layers.py --small         # small shapes, seconds
@@ -139,8 +141,14 @@ def _measure(name: str, fn_name: str, shape: dict, repeats: int, device: str) ->
             t.grad = None
 
     rss = peak_rss_bytes(step) if device == "cpu" and os.path.exists("/proc/self/clear_refs") else None
-    times, forward = [], []
+    times, forward, mm = [], [], []
+    with_mm = name == "srwm"  # the large-mm rate, timed in the same rounds (a shared machine drifts)
+    mm_inputs = [torch.randn(_MM_N, _MM_N, device=device) for _ in range(2)] if with_mm else []
+    if with_mm:
+        _mm_seconds(*mm_inputs, device)  # warm-up
     for _ in range(repeats):
+        if with_mm:
+            mm.append(_mm_seconds(*mm_inputs, device))
         t0 = time.perf_counter()
         loss = _call(name, op, grads, extra).square().sum()  # the forward, building the autograd graph
         if device == "cuda":
@@ -159,20 +167,19 @@ def _measure(name: str, fn_name: str, shape: dict, repeats: int, device: str) ->
         "forward_seconds": min(forward),
         "tensors_mb": tensors,
         "rss_mb": None if rss is None else rss / 2**20,
+        "mm_gflops": 2 * _MM_N**3 / min(mm) / 1e9 if mm else None,
     }
 
 
-def mm_rate(device: str, n: int = 2048, repeats: int = 5) -> float:
-    """fp32 GFLOP/s of an ``n × n`` by ``n × n`` matmul (best of ``repeats``, after one warm-up)."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        a @ b
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e9
+_MM_N = 2048  # the large-mm rate: fp32 [2048, 2048] @ [2048, 2048]
+
+
+def _mm_seconds(a: torch.Tensor, b: torch.Tensor, device: str) -> float:
+    t0 = time.perf_counter()
+    a @ b
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -195,12 +202,11 @@ def main() -> None:
         flop = None
         if name == "srwm":
             _check_naive()
-            rate = mm_rate(args.device)
             e = shape["E"]
             flop = 2 * 10 * shape["B"] * shape["H"] * shape["T"] * e * (3 * e + 4)
             print(
                 f"srwm {shape}: {flop / 1e9:.3f} GFLOP per forward + backward; "
-                f"large-mm rate {rate:.0f} GFLOP/s"
+                f"% of the large-mm rate ({_MM_N}² fp32) timed in the same rounds as each variant"
             )
         base = None
         for label, fn_name, env in variants:
@@ -213,7 +219,8 @@ def main() -> None:
             line += f"  (forward {r['forward_seconds']:.3f} s)"
             if flop is not None:
                 gflops = flop / r["seconds"] / 1e9
-                line += f"  {gflops:6.1f} GFLOP/s ({100 * gflops / rate:4.1f}% of mm)"
+                rate = r["mm_gflops"]
+                line += f"  {gflops:6.1f} GFLOP/s ({100 * gflops / rate:4.1f}% of mm at {rate:3.0f})"
             line += f"  peak tensors {r['tensors_mb']:7.1f} MB"
             if r["rss_mb"] is not None:
                 line += f", rss {r['rss_mb']:7.1f} MB"
