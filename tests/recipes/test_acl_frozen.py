@@ -43,6 +43,11 @@ def _frozen(tmp_path, vit_file) -> list[str]:
     ]
 
 
+def _smoke_train(tmp_path, recipe: str = "acl") -> list[str]:
+    """The CLI arguments of ``<recipe> train`` on the smoke preset into ``tmp_path / "r"``."""
+    return [recipe, "train", "--preset", "smoke", "--run-dir", str(tmp_path / "r")]
+
+
 def _cfg(tmp_path, vit_file, *overrides):
     return load_config(ACLConfig, preset_path("acl", "smoke"), [*_frozen(tmp_path, vit_file), *overrides])
 
@@ -126,9 +131,8 @@ def test_frozen_train_and_mini_evaluation(tmp_path, vit_file):
     ],
 )
 def test_bad_frozen_settings_are_one_line_errors(tmp_path, vit_file, capsys, override, key):
-    args = ["acl", "train", "--preset", "smoke", "--run-dir", str(tmp_path / "r")]
-    args += [*_frozen(tmp_path, vit_file), "eval.mini_benchmarks=[emoji]", "eval.split_k_shot=3"]
-    args += ["eval.split_query_per_class=3", override]
+    args = [*_smoke_train(tmp_path), *_frozen(tmp_path, vit_file), "eval.mini_benchmarks=[emoji]"]
+    args += ["eval.split_k_shot=3", "eval.split_query_per_class=3", override]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and key in err[0] and "Traceback" not in err[0]
@@ -136,30 +140,14 @@ def test_bad_frozen_settings_are_one_line_errors(tmp_path, vit_file, capsys, ove
 
 
 def test_mini_benchmarks_need_a_frozen_backbone(tmp_path, capsys):
-    args = [
-        "acl",
-        "train",
-        "--preset",
-        "smoke",
-        "--run-dir",
-        str(tmp_path / "r"),
-        "eval.mini_benchmarks=[emoji]",
-    ]
+    args = [*_smoke_train(tmp_path), "eval.mini_benchmarks=[emoji]"]
     assert main([*args, "eval.split_query_per_class=3"]) == 2
     assert "eval.mini_benchmarks" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("weights", ["", "missing.pt"])
 def test_vit_without_a_weights_file_is_refused_before_the_run_folder(tmp_path, vit_file, capsys, weights):
-    args = [
-        "acl",
-        "train",
-        "--preset",
-        "smoke",
-        "--run-dir",
-        str(tmp_path / "r"),
-        *_frozen(tmp_path, vit_file),
-    ]
+    args = [*_smoke_train(tmp_path), *_frozen(tmp_path, vit_file)]
     args.append(f"model.backbone_weights={tmp_path / weights if weights else ''}")
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -169,15 +157,7 @@ def test_vit_without_a_weights_file_is_refused_before_the_run_folder(tmp_path, v
 
 @pytest.mark.parametrize("recipe", ["fewshot", "sequential"])
 def test_other_classifier_recipes_refuse_a_frozen_backbone(tmp_path, capsys, recipe):
-    args = [
-        recipe,
-        "train",
-        "--preset",
-        "smoke",
-        "--run-dir",
-        str(tmp_path / "r"),
-        "model.backbone=frozen:vit_b16",
-    ]
+    args = [*_smoke_train(tmp_path, recipe), "model.backbone=frozen:vit_b16"]
     assert main(args) == 2
     assert "model.backbone" in capsys.readouterr().err
 
