@@ -229,25 +229,22 @@ def _dual(
                 z = torch.baddbmm(z, _dual_attention(x, x2, scaled), g2, alpha=-1)
                 sources["W2"] = (x2, g2)
             zs.append(z)
-            new = {}  # lr_col carries s_b at a boundary: sum_j s_b lr_j keys_j^T g_j (and the bias's)
+            # lr_col carries s_b at a boundary: the sums sum_j (s_b) lr_j keys_j^T g_j and the bias's
+            boundary, new = pos + n == mbs, {}
             for m, (keys, g) in sources.items():
-                lr_g = lr_col * g
-                bias = f"b{m[1:]}"
-                new[m], new[bias] = (keys.transpose(1, 2), lr_g), lr_g.sum(dim=1, keepdim=True)
-            if pos + n == mbs:  # a boundary: W^{m+1} = W^m - s_b (running sums), which restart
-                for m in sources:
-                    bias = f"b{m[1:]}"
+                lr_g, bias = lr_col * g, f"b{m[1:]}"
+                if boundary:  # W^{m+1} = W^m - s_b (running sums), which restart
                     w_m, b_m = ws[m], ws[bias]
                     if has_acc:
                         w_m, b_m = w_m - s_last * acc[m], b_m - s_last * acc[bias]
-                    ws[m] = torch.baddbmm(w_m, *new[m], alpha=-1)
-                    ws[bias] = b_m - new[bias]
+                    ws[m] = torch.baddbmm(w_m, keys.transpose(1, 2), lr_g, alpha=-1)
+                    ws[bias] = b_m - lr_g.sum(dim=1, keepdim=True)
+                else:  # running sums (the state's W_grad) of a mini-batch left unfinished
+                    new[m], new[bias] = keys.transpose(1, 2) @ lr_g, lr_g.sum(dim=1, keepdim=True)
+            if boundary:
                 acc, has_acc = {}, False  # no sums until the next token (zeros are made at the end)
-            else:  # running sums (the state's W_grad) of a mini-batch left unfinished
-                for m in sources:
-                    new[m] = torch.bmm(*new[m])
-                acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}
-                has_acc = True
+            else:
+                acc, has_acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}, True
         if not has_acc:
             acc = {m: torch.zeros_like(ws[m]) for m in names}
         o = qh + _ln(torch.cat(zs, dim=1).reshape(b, h, t, d), lnw, lnb, eps) if zs else qh.clone()
