@@ -22,7 +22,7 @@ from _memory import peak_bytes
 
 from fastweights.config import load_config, preset_path
 from fastweights.recipes import rl
-from fastweights.recipes.rl_config import RLConfig
+from fastweights.recipes.rl.config import RLConfig
 from fastweights.rl.cores import CORES
 from fastweights.rl.rollout import Actor, learner_loss
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import fastweights
+from fastweights.cl.tasks import CurriculumStage
 from fastweights.config import (
     CONFIG_DIR,
     apply_overrides,
@@ -16,7 +17,7 @@ from fastweights.config import (
     load_run_config,
     preset_path,
 )
-from fastweights.recipes.acl_config import ACLConfig, CurriculumStage
+from fastweights.recipes.acl.config import ACLConfig
 
 
 @pytest.mark.parametrize("preset", available_presets("acl"))
@@ -40,7 +41,7 @@ def test_every_recipe_preset_loads_and_round_trips(recipe, preset):
 
 
 def test_sequential_presets_give_the_srwm_its_paper_init_and_every_layer_the_scales():
-    from fastweights.recipes.sequential_config import SequentialConfig
+    from fastweights.recipes.sequential.config import SequentialConfig
 
     for preset in ("quick", "quick-emoji"):
         for layer, options in (("srwm", {"init": "modern"}), ("deltanet", {}), ("lstm", {})):

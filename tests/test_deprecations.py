@@ -20,8 +20,8 @@ from fastweights.config import (
 )
 from fastweights.io import read_jsonl
 from fastweights.models.lm import CausalLM, LMConfig
-from fastweights.recipes.acl_config import ACLConfig
-from fastweights.recipes.lm_config import LMRecipeConfig
+from fastweights.recipes.acl.config import ACLConfig
+from fastweights.recipes.lm.config import LMRecipeConfig
 from tests.recipes import test_lm
 
 corpus = test_lm.corpus  # the generated text corpus fixture of the LM recipe tests

@@ -120,17 +120,17 @@ def _add_cl_baselines(recipes: argparse._SubParsersAction) -> None:
 
 def _run_cl_baselines(args: argparse.Namespace) -> None:
     from fastweights.config import load_config, preset_path
-    from fastweights.recipes.common import command_line
+    from fastweights.recipes.run import command_line
 
     if args.verb == "compare":
-        from fastweights.recipes.cl_baselines_compare import compare
+        from fastweights.recipes.cl_baselines.compare import compare
 
         res = compare(args.run_dir, list(args.acl), args.out, force=args.force, command=command_line())
         print(res["markdown"])
         print(f"comparison: {args.out / 'comparison.md'}")
         return
     from fastweights.recipes.cl_baselines import run
-    from fastweights.recipes.cl_baselines_config import BaselinesConfig
+    from fastweights.recipes.cl_baselines.config import BaselinesConfig
 
     overrides = list(args.overrides)
     if args.methods is not None:
@@ -225,8 +225,8 @@ def _run_recipe(args: argparse.Namespace) -> None:
     """Every verb of every recipe, through the recipe registry (``recipes.contract``)."""
     from fastweights.config import deprecated_keys, preset_path, rename_deprecated, warn_deprecated
     from fastweights.recipes import compare as cmp
-    from fastweights.recipes.common import command_line
     from fastweights.recipes.contract import get_recipe
+    from fastweights.recipes.run import command_line
 
     module = get_recipe(args.recipe)
     if hasattr(args, "overrides"):  # renamed once here: one warning per deprecated key
@@ -268,8 +268,8 @@ def _train_or_eval(args: argparse.Namespace, module: Any) -> None:
     """``<recipe> train`` (+ ``--eval``: the best checkpoint, recorded as the equivalent ``eval``
     command) or ``<recipe> eval``: the contract all recipes share."""
     from fastweights.config import load_config, preset_path
-    from fastweights.recipes.common import command_line
     from fastweights.recipes.contract import eval_command
+    from fastweights.recipes.run import command_line
 
     if args.verb == "train":
         path = preset_path(args.recipe, args.preset)

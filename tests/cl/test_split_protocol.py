@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import fastweights.cl.split_protocol as sp
-from fastweights.cl import protocols
 from fastweights.cl.objective import to_model_images
 from fastweights.cl.split_protocol import evaluate_pool_split, evaluate_split_benchmark, evaluate_split_tasks
 from fastweights.data.sources.base import ClassPool, LabeledImages, SplitDataset
@@ -96,7 +95,6 @@ def test_split_benchmark_equals_the_previous_implementation(n, scenario):
     assert res["task_names"] == ["0/1", "2/3", "4/5", "6/7", "8/9"][:T]
     assert (res["runs"], res["k_shot"], res["scenario"], res["num_tasks"]) == (2, 2, scenario, T)
     assert (res["n_out"], res["chance"]) == (n_out, 1.0 / n_out)
-    assert protocols.evaluate_split_benchmark is evaluate_split_benchmark  # the old name still works
 
 
 def test_split_benchmark_matrix_and_chance():

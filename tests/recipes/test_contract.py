@@ -109,7 +109,7 @@ def test_compare_vary_runs_the_acl_ablation(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_has_train_precision(name):
-    from fastweights.recipes.common import loop_settings
+    from fastweights.recipes.run import loop_settings
 
     module = get_recipe(name)
     cfg = load_config(module.CONFIG, preset_path(name, "smoke"), ["train.precision=bf16"])

@@ -10,8 +10,8 @@ import torch
 from fastweights.cli import main
 from fastweights.config import load_config, preset_path
 from fastweights.recipes import fewshot, sequential
-from fastweights.recipes.fewshot_config import FewShotConfig
-from fastweights.recipes.sequential_config import SequentialConfig
+from fastweights.recipes.fewshot.config import FewShotConfig
+from fastweights.recipes.sequential.config import SequentialConfig
 
 RECIPES = {
     "fewshot": (fewshot, FewShotConfig, "data"),

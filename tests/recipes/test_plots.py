@@ -3,15 +3,9 @@
 import pytest
 from PIL import Image
 
-from fastweights.recipes.paper_tables import forgetting_rows
-from fastweights.recipes.plots import (
-    plot_accuracy_matrix,
-    plot_bars,
-    plot_forgetting,
-    plot_forgetting_rows,
-    plot_learning_curves,
-    plot_long_span,
-)
+from fastweights.recipes.acl.paper_tables import forgetting_rows
+from fastweights.recipes.acl.plots import plot_forgetting, plot_forgetting_rows, plot_long_span
+from fastweights.recipes.plots import plot_accuracy_matrix, plot_bars, plot_learning_curves
 from tests.recipes.acl_results import assert_png, paper_results
 
 

@@ -6,9 +6,8 @@
   (disjoint classes) or from two (cross-domain).
 - :func:`evaluate_task_sequence`: the accuracy matrix ``R[e, i, j]`` of ``T``-task sequences from one or
   several domains, domain- or class-incremental (ACL paper §4.4: 5-task meta-validation and report).
-- :func:`evaluate_split_benchmark`: 5-task split benchmarks (Split-MNIST, Hsu et al. 2018; van de Ven &
-  Tolias 2019; metrics of Lopez-Paz & Ranzato 2017): the accuracy matrix ``R[i, j]`` (task ``j`` after
-  learning ``0..i`` in context) over several demonstration draws, with ACC / BWT / forgetting.
+- The 5-task split benchmarks (Split-MNIST, Hsu et al. 2018; van de Ven & Tolias 2019) are in
+  :mod:`fastweights.cl.split_protocol`.
 
 All queries are independent reads from the state after the demonstrations (see
 ``InContextClassifier.query_features``); the model is put in eval mode and no gradients are kept.
@@ -26,15 +25,12 @@ from fastweights.cl.metrics import mean_ci95
 from fastweights.cl.objective import TaskTensors, sequence_query_logits
 from fastweights.cl.tasks import sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
-from fastweights.data.streams import SCENARIOS  # domain- / class-incremental (re-exported)
 from fastweights.models.in_context import InContextClassifier
 
 __all__ = [
     "evaluate_task_pairs",
     "evaluate_task_sequence",
-    "evaluate_split_benchmark",
     "FORGETTING_KEYS",
-    "SCENARIOS",
 ]
 
 
@@ -214,5 +210,3 @@ def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, flo
         table[key] = {"mean": m, "ci95": ci}
     return table
 
-
-from fastweights.cl.split_protocol import evaluate_split_benchmark  # noqa: E402  (moved; re-exported)

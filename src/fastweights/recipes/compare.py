@@ -14,7 +14,7 @@ from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.recipes.contract import eval_command, get_recipe
-from fastweights.recipes.report import md_table
+from fastweights.recipes.reporting import md_table
 
 __all__ = ["compare", "parse_vary", "variants"]
 

@@ -3,7 +3,7 @@
 
 A recipe is a module (``fastweights.recipes.<name>``) that satisfies :class:`Recipe`: it names its
 config dataclass (``CONFIG``) and the config key ``compare --models`` varies (``MODEL_KEY``), builds its
-model, trains through :func:`fastweights.recipes.common.start_run` + ``fit_run`` (or ``fit``) into a run
+model, trains through :func:`fastweights.recipes.run.start_run` + ``fit_run`` (or ``fit``) into a run
 folder, evaluates a run folder into ``results.json`` + ``report.md`` + ``plots/``, exports a slim copy,
 summarises results in one line and tabulates/plots several runs for ``compare``.
 """
@@ -66,7 +66,7 @@ class Recipe(Protocol):
         overrides: list[str] | None = None,
         force: bool = False,
     ) -> dict[str, Any]:
-        """Train into ``run_dir`` (made by :func:`fastweights.recipes.common.train_verb`); returns the last
+        """Train into ``run_dir`` (made by :func:`fastweights.recipes.run.train_verb`); returns the last
         validation record (``step``, ``minutes``, …)."""
         ...
 
@@ -80,7 +80,7 @@ class Recipe(Protocol):
         out_dir: Path | None = None,
         force: bool = False,
     ) -> dict[str, Any]:
-        """Evaluate a checkpoint (made by :func:`fastweights.recipes.common.evaluate_verb`); writes
+        """Evaluate a checkpoint (made by :func:`fastweights.recipes.run.evaluate_verb`); writes
         ``results.json``, ``report.md``, ``plots/``; returns the results."""
         ...
 

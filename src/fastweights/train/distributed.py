@@ -6,7 +6,7 @@ multi-node runs add torchrun's usual rendezvous flags. :func:`setup` joins the p
 CUDA devices, Gloo for CPU) and pins each rank to ``cuda:LOCAL_RANK``. Without ``WORLD_SIZE`` > 1 every
 function here is a no-op, so single-process runs are unchanged.
 
-The protocol every recipe follows (through :func:`fastweights.recipes.common.start_run` and
+The protocol every recipe follows (through :func:`fastweights.recipes.run.start_run` and
 :func:`fastweights.train.loop.fit`):
 
 - the recipe's batch (``train.batch_size``, or ``env.num_envs`` for RL) is the *global* batch, split

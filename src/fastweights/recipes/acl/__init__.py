@@ -1,0 +1,380 @@
+"""ACL recipe: metalearn an in-context continual learner, then evaluate it.
+
+``train``: sequences of ``train.num_tasks`` few-shot tasks from the meta-training pools of the domains
+``data.sources`` (FontGlyphs by default; with several domains each task comes from one, the order
+alternating from batch to batch, ACL paper §4.1), ACL loss (ACL paper §3, Eq. 6 generalised to T tasks),
+Adam with warm-up, periodic validation on the meta-validation classes of every domain, atomic best/latest
+checkpoints, resumable. ``train.init_from`` + ``train.num_tasks: 5`` + ``train.scenario`` is the 5-task
+meta-finetuning stage (domain- or class-incremental, ACL spec §4.4).
+``evaluate``: few-shot accuracy and the in-context forgetting table for every pair of meta-test domains,
+the split benchmarks (5-task domain-incremental, 2-/5-task class-incremental: Split-Digits,
+Split-FashionMNIST, Split-Emoji, Split-MNIST) and the long-span Split-FontGlyphs tasks (see
+:mod:`fastweights.recipes.acl.evaluation`), written to ``results.json``, ``report.md`` and ``plots/``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastweights.cl.objective import acl_loss
+from fastweights.cl.protocols import evaluate_task_pairs, evaluate_task_sequence
+from fastweights.cl.tasks import TaskSource
+from fastweights.data.episodes import EpisodeSampler
+from fastweights.data.sources.base import ClassPool
+from fastweights.io import read_jsonl
+from fastweights.models.classifier_config import build_classifier
+from fastweights.models.in_context import InContextClassifier
+from fastweights.models.transfer import load_classifier_weights
+from fastweights.recipes.acl.config import ACLConfig, TrainConfig
+from fastweights.recipes.acl.evaluation import (
+    domain_name,
+    domain_pools,
+    forgetting_pairs,
+    load_split_benchmarks,
+    long_span_pool,
+    long_span_results,
+    split_results,
+)
+from fastweights.recipes.acl.frozen import (
+    check_trained_encoder,
+    encoder_label,
+    feature_pools,
+    frozen_encoder,
+    load_mini_benchmarks,
+    mini_results,
+)
+from fastweights.recipes.acl.paper_tables import forgetting_rows
+from fastweights.recipes.acl.report import write_report
+from fastweights.recipes.classifier import fit_run
+from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.plots import plot_bars, plot_learning_curves
+from fastweights.recipes.reporting import pm
+from fastweights.recipes.run import (
+    RecipeRun,
+    evaluate_verb,
+    export,  # noqa: F401 (the contract's slim run copy, shared by every recipe)
+    train_verb,
+)
+from fastweights.train.checkpoint import read_checkpoint
+
+__all__ = [*RECIPE_MEMBERS, "compare_curves"]  # the recipe contract + extras
+
+NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
+CONFIG = ACLConfig
+MODEL_KEY = "model.sequence_layer"  # what `compare --models` varies
+
+log = logging.getLogger(__name__)
+
+
+def build_model(cfg: ACLConfig) -> InContextClassifier:
+    """The in-context classifier of the ACL paper (Conv-4 → 2 × [SRWM, FF] → head), §3; with
+    ``model.backbone: frozen:<name>`` the encoder's cached features replace Conv-4 (App. A.8)."""
+    encoder = frozen_encoder(cfg.model)
+    return build_classifier(
+        cfg.model,
+        image_size=cfg.data.image_size,
+        in_channels=cfg.data.channels,
+        feature_dim=None if encoder is None else encoder.feature_dim,
+        encoder_sha256=None if encoder is None else encoder.weights_sha256,
+    )
+
+
+def _domain_pools(cfg: ACLConfig) -> list[dict[str, ClassPool]]:
+    """The pools of every domain, as a frozen encoder's features when ``model.backbone`` is one (the
+    encoder is built first, so its errors come before any data is rendered)."""
+    frozen_encoder(cfg.model)
+    return [feature_pools(p, cfg.model, cfg.data.cache_dir) for p in domain_pools(cfg.data)]
+
+
+def _validate(
+    model: InContextClassifier, samplers: list[EpisodeSampler], t: TrainConfig, episodes: int, device: Any
+) -> dict[str, float]:
+    """Meta-validation on the meta-val classes of every domain (``val_objective`` selects the best
+    checkpoint). Two domain-incremental tasks: the forgetting table of the two domains in both orders
+    (one domain: A then B from it); otherwise ``train.num_tasks``-task sequences in both domain orders
+    scored by the mean accuracy over all tasks after the last one (the reference's Split-MNIST
+    selection criterion, ACL spec §4.4)."""
+    common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device)
+    if t.num_tasks == 2 and t.scenario == "domain":
+        two = len(samplers) > 1
+        accs = evaluate_task_pairs(
+            model,
+            samplers[0],
+            sampler_b=samplers[1] if two else None,
+            episodes=episodes,
+            batch_size=min(50, episodes),
+            seed=12345,
+            reverse=two,
+            **common,
+        )
+        out = {f"val_{k}": float(v.mean()) for k, v in accs.items()}
+        terms = [k for k in accs if t.acl_loss or k not in ("A|A->B", "B|B->A")]
+        out["val_objective"] = float(np.mean([accs[k].mean() for k in terms]))
+        out["val_acc"] = out["val_A|A"]
+        return out
+    n = len(samplers)  # the domain orders of training's first two steps (one for one domain)
+    if t.sequence_domains == "single":
+        orders = sorted({(s % n,) * t.num_tasks for s in range(min(n, 2))})
+    else:
+        orders = sorted({tuple((i - s) % n for i in range(t.num_tasks)) for s in range(min(n, 2))})
+    R = np.concatenate(
+        [
+            evaluate_task_sequence(
+                model,
+                samplers,
+                order=order,
+                episodes=max(1, episodes // len(orders)),
+                scenario=t.scenario,
+                batch_size=min(50, episodes),
+                seed=12345 + k,
+                **common,
+            )
+            for k, order in enumerate(orders)
+        ]
+    )
+    last = R[:, -1, :].mean(axis=0)  # accuracy of every task after learning all of them
+    out = {f"val_task{j + 1}|all": float(a) for j, a in enumerate(last)}
+    out["val_objective"] = float(last.mean())
+    out["val_acc"] = float(R[:, 0, 0].mean())
+    return out
+
+
+def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[list[dict[str, ClassPool]], dict[str, Any] | None]:
+    """The pools of every domain and, for a new run with ``train.init_from``, the checkpoint whose model
+    weights start it, checked against this run's model (read before the run folder is written, so a bad
+    file leaves nothing behind)."""
+    init = None
+    if cfg.train.init_from and not continuing:
+        init = read_checkpoint(cfg.train.init_from, key="train.init_from")
+        if not isinstance(init.get("model"), dict):
+            raise ValueError(
+                f"train.init_from: expected a checkpoint with model weights, got {cfg.train.init_from}"
+            )
+        try:
+            load_classifier_weights(build_model(cfg), init["model"])
+        except ValueError as err:
+            raise ValueError(f"train.init_from: {cfg.train.init_from}: {err}") from None
+    return _domain_pools(cfg), init
+
+
+def _fit(run: RecipeRun) -> dict[str, Any]:
+    """Meta-train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
+
+    Each training sequence holds ``train.num_tasks`` tasks; with several domains (``data.sources``)
+    task ``t`` of step ``s`` comes from domain ``(t - s) mod #domains`` (the order alternates from
+    batch to batch, ACL spec §4.2/§4.3), or with ``train.sequence_domains: single`` every task of step
+    ``s`` from domain ``s mod #domains``. ``train.init_from`` starts from another run's weights (5-task
+    meta-finetuning, spec §4.4; label columns and output rows mapped by class index).
+    Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
+    included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
+    (model, optimiser, schedule, step, elapsed time and every random state); Ctrl-C saves it first.
+    """
+    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
+    domains, init = run.data
+    t = cfg.train
+    train_samplers = [EpisodeSampler(p["train"], rotations=cfg.data.rotations) for p in domains]
+    val_samplers = [EpisodeSampler(p["val"]) for p in domains]
+    model = build_model(cfg).to(device)
+    if init is not None:  # meta-finetuning from another run's weights (not on resume)
+        for note in load_classifier_weights(model, init["model"]):
+            log.info("train.init_from: %s", note)
+        log.info("initialised the model from %s (step %s)", t.init_from, init.get("step"))
+    source = TaskSource(
+        train_samplers,
+        t,
+        rng,
+        synth_gen,
+        label_space=t.label_space or cfg.model.num_classes,
+        num_tasks=t.num_tasks,
+        alternate=True,
+        single_domain=t.sequence_domains == "single",
+        scenario=t.scenario,
+        n_query=t.n_query,
+        first_shot=t.first_shot_loss,
+        augment=t.augment,
+    )
+
+    def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        n_way, k_shot = source.stage(step)
+        tasks = source.tasks(model, step, device)
+        loss, accs = acl_loss(
+            model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
+        )
+        return loss, {"n_way": n_way, "k_shot": k_shot, **{f"train_{i}|{j}": a for (i, j), a in accs.items()}}
+
+    return fit_run(
+        run,
+        model,
+        step_fn,
+        lambda: _validate(model, val_samplers, t, t.val_episodes, device),
+        description="ACL meta-finetuning" if t.init_from else "ACL meta-training",
+        postfix=("n_way", "k_shot"),
+        objective="val_objective",
+    )
+
+
+def _stage(cfg: ACLConfig) -> str:
+    t = cfg.train
+    what = "meta-finetuning" if t.init_from else "meta-training"
+    return f"{t.num_tasks}-task {what} ({t.scenario}-incremental)"
+
+
+def _measure(
+    cfg: ACLConfig, state: dict[str, Any], model: InContextClassifier, device: Any
+) -> dict[str, Any]:
+    """Few-shot accuracy and the in-context forgetting table for every pair of meta-test domains,
+    the split benchmarks of ``eval.split_benchmarks`` × ``eval.scenarios`` and the long-span
+    Split-FontGlyphs tasks (ACL paper §4)."""
+    e = cfg.eval
+    check_trained_encoder(cfg.model, model)
+    test_pools = [p["test"] for p in _domain_pools(cfg)]
+    # all data loaded (and encoded) and checked before anything is measured
+    benchmarks = load_split_benchmarks(cfg, test_pools)
+    mini = load_mini_benchmarks(cfg, test_pools)
+    span_pool = long_span_pool(cfg, test_pools)
+    forgetting = forgetting_pairs(cfg, test_pools, model, device)
+    fewshot = {
+        name: {"accuracy": pair["table"]["A|A"]["mean"], "ci95": pair["table"]["A|A"]["ci95"]}
+        for pair in forgetting["pairs"]
+        if (name := pair["task_a"]) == pair["task_b"]
+    }
+    first = fewshot[domain_name(test_pools[0])]
+    results: dict[str, Any] = {
+        "run": {
+            "acl_loss": cfg.train.acl_loss,
+            "stage": _stage(cfg),
+            "sources": [domain_name(p) for p in test_pools],
+        },
+        "fewshot": {
+            "dataset": test_pools[0].name,
+            "n_way": e.n_way,
+            "k_shot": e.k_shot,
+            "episodes": e.episodes,
+            **first,
+            "domains": fewshot,
+        },
+        "forgetting": forgetting,
+        "split": split_results(cfg, benchmarks, model, device),
+    }
+    if frozen_encoder(cfg.model) is not None:
+        results["run"]["backbone"] = encoder_label(cfg.model)
+    if mini:
+        results["mini"] = mini_results(cfg, mini, model, device)
+    if span_pool is not None:
+        results["long_span"] = long_span_results(cfg, span_pool, model, device)
+    return results
+
+
+def compare_curves(
+    run_dirs: list[Path],
+    out: Path,
+    *,
+    labels: list[str] | None = None,
+    key: str = "val_acc",
+    x: str = "minutes",
+) -> Path:
+    """Plot ``key`` (default: meta-validation accuracy A|A) against ``x`` (``"minutes"`` of training
+    wall-clock time, validation included, or ``"step"``) for several run folders in one PNG (``out``).
+
+    Raises:
+        FileNotFoundError: if a run folder has no ``metrics.jsonl``.
+        ValueError: if ``labels`` does not match ``run_dirs``.
+    """
+    labels = labels or [Path(d).name for d in run_dirs]
+    if x not in ("minutes", "step"):
+        raise ValueError(f"x: expected 'minutes' or 'step', got {x!r}")
+    if len(labels) != len(run_dirs):
+        raise ValueError(f"labels: expected {len(run_dirs)} labels, got {len(labels)}")
+    curves = {}
+    for label, d in zip(labels, run_dirs, strict=True):
+        log_path = Path(d) / "metrics.jsonl"
+        if not log_path.exists():
+            raise FileNotFoundError(f"run_dirs: no {log_path}")
+        curves[label] = [(r[x], r[key]) for r in read_jsonl(log_path) if key in r]
+    ylabel = "meta-validation accuracy A|A" if key == "val_acc" else key
+    xlabel = "training wall-clock minutes" if x == "minutes" else "training step"
+    return plot_learning_curves(curves, out, xlabel=xlabel, ylabel=ylabel, title=f"{ylabel} vs {xlabel}")
+
+
+def summary(results: dict[str, Any]) -> str:
+    """One line for the terminal: held-out few-shot accuracy, the first task after learning a second
+    (per ordered domain pair) and each split benchmark's ACC."""
+    fs = results["fewshot"]
+    acc = f"{100 * fs['accuracy']:.2f} ± {100 * fs['ci95']:.2f} %"
+    line = f"{fs['n_way']}-way {fs['k_shot']}-shot accuracy {acc}"
+    forgetting = [f"A after {r.order} {100 * r.first_after['mean']:.2f} %" for r in forgetting_rows(results)]
+    split = [f"{name} ACC {100 * r['ACC']['mean']:.2f} %" for name, r in results.get("split", {}).items()]
+    return "; ".join([line, *forgetting, *split])
+
+
+def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of ``compare`` (e.g. ACL vs no-ACL, ``--vary train.acl_loss=true,false``): one row
+    per run: few-shot accuracy, acc(A|A→B) for every ordered pair of meta-test domains (ACL paper §4.1
+    tables) and each split benchmark's ACC (± std over runs)."""
+    first = next(iter(results.values()))
+    fs = first["fewshot"]
+    orders = [r.order for r in forgetting_rows(first)]
+    header = ["run", "steps", "train min", f"{fs['n_way']}-way {fs['k_shot']}-shot (%)"]
+    header += [f"A after A→B, {order} (%)" for order in orders]
+    splits = list(first.get("split", {}))
+    header += [f"{name} ACC (%)" for name in splits]
+    rows = []
+    for name, res in results.items():
+        run, f = res["run"], res["fewshot"]
+        after = {r.order: r.first_after for r in forgetting_rows(res)}
+        rows.append(
+            [
+                name,
+                run["steps"],
+                f"{run['train_minutes']:.1f}",
+                pm(f["accuracy"], f["ci95"]),
+                *(pm(after[o]["mean"], after[o]["ci95"]) for o in orders),
+                *(
+                    pm(res["split"][k]["ACC"]["mean"], res["split"][k]["ACC"]["std"])
+                    for k in first.get("split", {})
+                ),
+            ]
+        )
+    return header, rows
+
+
+def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
+    """``run_root/comparison.png``: per run and ordered domain pair, acc(A|A), acc(B|A→B) and
+    acc(A|A→B) (± 95% CI)."""
+    values = {}
+    for name, res in results.items():
+        rows = forgetting_rows(res)
+        for r in rows:
+            label = name if len(rows) == 1 else f"{name}\n{r.order}"
+            values[label] = {
+                series: (100 * e["mean"], 100 * e["ci95"])
+                for series, e in (
+                    ("A after A", r.first),
+                    ("B after A→B", r.second),
+                    ("A after A→B", r.first_after),
+                )
+            }
+    fs = next(iter(results.values()))["fewshot"]
+    plot_bars(
+        values,
+        Path(run_root) / "comparison.png",
+        ylabel="accuracy (%)",
+        title=f"in-context forgetting: {fs['n_way']}-way {fs['k_shot']}-shot, two tasks",
+    )
+
+
+train = train_verb(_fit, load_data=_train_data)
+
+evaluate = evaluate_verb(
+    _measure,
+    config_cls=ACLConfig,
+    build=build_model,
+    write_report=write_report,
+    doc="""Evaluate the ``which`` checkpoint of ``run_dir``: few-shot accuracy and the in-context
+    forgetting table on the held-out classes, and the 5-task split benchmarks.""",
+)

@@ -1,0 +1,234 @@
+"""Configuration of the ACL recipe (presets in ``fastweights/configs/acl/*.yaml``).
+
+The sections reuse the shared configs: ``data`` is a :class:`~fastweights.data.registry.PoolConfig`
+(plus the Fashion-MNIST folder of the split benchmarks), ``model`` the classifier's
+:class:`~fastweights.models.classifier_config.ClassifierConfig` and
+``train`` an :class:`~fastweights.recipes.classifier.OptimConfig` with ACL's own fields and defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from fastweights.checks import check_choice, check_choices, check_device, check_int, check_ints, check_real
+from fastweights.cl.tasks import CurriculumStage
+from fastweights.data.registry import CLASS_POOLS, FASHION_MNIST_DEBIAN, SPLIT_DATASETS, PoolConfig
+from fastweights.data.streams import SCENARIOS
+from fastweights.data.task_augment import TaskAugment
+from fastweights.models.classifier_config import ClassifierConfig, check_label_space
+from fastweights.models.frozen import parse_backbone
+from fastweights.recipes.classifier import OptimConfig
+
+__all__ = ["ACLConfig", "DataConfig", "TrainConfig", "EvalConfig", "MINI_BENCHMARKS", "MINI_DATASETS"]
+
+#: eval.mini_benchmarks name -> name in results.json / the report
+MINI_BENCHMARKS = {"five_datasets": "mini 5-datasets (offline analogue)", "emoji": "mini Split-Emoji"}
+#: eval.mini_datasets: the data sets whose first two classes make the mini 5-datasets sequence
+MINI_DATASETS = ("digits", "fashion_mnist", "font_letters", "emoji", "colour_digits")
+#: eval.split_benchmarks: Split-Digits, Split-FashionMNIST, Split-Emoji (held-out subgroups), Split-MNIST
+#: (needs ``data.mnist_dir``)
+SPLIT_BENCHMARKS = ("digits", "fashion_mnist", "emoji", "mnist")
+MINI_BENCHMARK_NAMES = tuple(MINI_BENCHMARKS)  # eval.mini_benchmarks
+
+
+@dataclass
+class DataConfig(PoolConfig):
+    """Meta-training domains and the folders of the split benchmarks.
+
+    ``sources`` lists the meta-training domains by registry name (ACL paper §4.1: e.g.
+    ``[fontglyphs, emoji]`` offline, ``[omniglot, mini_imagenet]`` from ``root``); each task of a
+    training sequence comes from one domain, the order alternating from batch to batch. Empty: the
+    single domain ``source``. The other fields (``root``, ``image_size``, ``channels``, rendering
+    options) apply to every domain; with an RGB domain ``channels`` must be 3 (grayscale domains are
+    repeated to 3 channels).
+    """
+
+    sources: list[str] = field(default_factory=list)
+    fashion_mnist_dir: str = FASHION_MNIST_DEBIAN
+    mnist_dir: str | None = None  # MNIST IDX files for Split-MNIST (eval.split_benchmarks: mnist)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choices("sources", self.sources, CLASS_POOLS + SPLIT_DATASETS, nonempty=False)
+        if len(set(self.sources)) != len(self.sources):
+            raise ValueError(f"sources: expected distinct domain names, got {list(self.sources)!r}")
+
+    @property
+    def domains(self) -> list[str]:
+        """The meta-training domains: ``sources``, or ``[source]`` when it is empty."""
+        return list(self.sources) or [self.source]
+
+
+@dataclass
+class TrainConfig(OptimConfig):
+    """ACL meta-training; optimiser/loop fields and defaults from :class:`OptimConfig` except
+    ``val_episodes`` (100)."""
+
+    n_way: int = 5
+    k_shot: int = 5
+    n_query: int = 1  # queries per class per task; each is an independent read of the state
+    label_space: int = 0  # labels of a task are drawn from 0..label_space-1; 0 = model.num_classes
+    init_from: str = ""  # checkpoint whose model weights initialise this run (ACL paper's meta-finetuning)
+    num_tasks: int = 2
+    #: "domain": every task uses labels from ``label_space`` (domain-incremental); "class": the labels of
+    #: task t (0-based) are shifted by ``n_way * t`` (class-incremental, ACL spec §4.4)
+    scenario: str = "domain"
+    #: with several domains: "alternate" — task t of step s from domain (t - s) mod D (the 2-/3-task
+    #: protocol, ACL spec §4.2/§4.3); "single" — all tasks of a sequence from domain s mod D (the 5-task
+    #: meta-finetuning draws its tasks from one data set, spec §4.4)
+    sequence_domains: str = "alternate"
+    acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
+    first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default
+    online_weight: float = 0.0  # weight of the online-prediction auxiliary loss (0 = off)
+    val_episodes: int = 100
+    curriculum: list[CurriculumStage] = field(default_factory=list)
+    #: per-task grayscale / low-resolution views of meta-training tasks (this library's domain
+    #: randomisation; all 0 = off, the reference's setting)
+    augment: TaskAugment = field(default_factory=TaskAugment)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_ints(self, ("n_way", "k_shot", "n_query", "num_tasks"))
+        check_int("label_space", self.label_space, low=0)
+        check_choice("scenario", self.scenario, SCENARIOS)
+        check_choice("sequence_domains", self.sequence_domains, ("alternate", "single"))
+        check_real("online_weight", self.online_weight, 0)
+
+
+@dataclass
+class EvalConfig:
+    episodes: int = 1000  # held-out few-shot task pairs
+    n_way: int = 5
+    k_shot: int = 5
+    n_query: int = 1
+    split_runs: int = 5
+    split_k_shot: int = 5
+    split_benchmarks: list[str] = field(default_factory=lambda: ["digits", "fashion_mnist"])
+    #: "domain": 5-task domain-incremental; "class": 2-task class-incremental and, with >= 10 outputs,
+    #: 5-task class-incremental (ACL paper Table 3 columns)
+    scenarios: list[str] = field(default_factory=lambda: ["domain"])
+    split_query_per_class: int = 10  # Split-Emoji / long-span: held-out examples per class used as queries
+    #: long-span domain-incremental Split-FontGlyphs (2-way held-out classes): numbers of tasks; [] = off
+    long_span_tasks: list[int] = field(default_factory=list)
+    batch_size: int = 50
+    seed: int = 1234
+    #: the ACL paper's "mini" class-incremental sequences (App. A.8; frozen backbones only): five 2-way
+    #: tasks, "five_datasets" (the first two classes of each of ``mini_datasets``) and/or "emoji" (mini
+    #: Split-Emoji); split_runs / split_k_shot / split_query_per_class (emoji queries) apply
+    mini_benchmarks: list[str] = field(default_factory=list)
+    mini_datasets: list[str] = field(default_factory=lambda: list(MINI_DATASETS))  # their order = task order
+    mini_demos_per_class: int = 50  # demonstration candidates per class: the first train images
+    mini_query_per_class: int = 100  # queries per class: the first test images (fewer if a class has fewer)
+
+    def __post_init__(self) -> None:
+        check_ints(
+            self,
+            (
+                "episodes",
+                "n_way",
+                "k_shot",
+                "n_query",
+                "split_runs",
+                "split_k_shot",
+                "split_query_per_class",
+                "mini_demos_per_class",
+                "mini_query_per_class",
+            ),
+        )
+        check_choices("mini_benchmarks", self.mini_benchmarks, MINI_BENCHMARK_NAMES, nonempty=False)
+        check_choices("mini_datasets", self.mini_datasets, MINI_DATASETS)
+        if len(self.mini_datasets) != 5 or len(set(self.mini_datasets)) != 5:
+            raise ValueError(
+                f"mini_datasets: expected 5 distinct data sets, got {list(self.mini_datasets)!r}"
+            )
+        if self.mini_benchmarks and self.split_k_shot > self.mini_demos_per_class:
+            raise ValueError(
+                f"mini_demos_per_class: expected >= split_k_shot={self.split_k_shot}, "
+                f"got {self.mini_demos_per_class}"
+            )
+        for n in self.long_span_tasks:
+            check_int("long_span_tasks", n, low=2)
+        check_int("batch_size", self.batch_size)
+        check_int("seed", self.seed, low=0)
+        check_choices("split_benchmarks", self.split_benchmarks, SPLIT_BENCHMARKS, nonempty=False)
+        check_choices("scenarios", self.scenarios, SCENARIOS)
+
+
+@dataclass
+class ACLConfig:
+    #: deprecated dotted key → new key (presets, run folders' ``config.yaml``, overrides; one release)
+    DEPRECATED_KEYS: ClassVar[dict[str, str]] = {"eval.fewshot_episodes": "eval.episodes"}
+
+    name: str = "acl"
+    device: str = "auto"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ClassifierConfig = field(default_factory=ClassifierConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        """Checks across sections (each section checks its own fields)."""
+        check_device("device", self.device)
+        t = self.train
+        shift = t.num_tasks if t.scenario == "class" else 1  # class-incremental: n_way new labels per task
+        check_label_space(
+            self.model.num_classes,
+            {
+                "train.n_way": [t.n_way],
+                "train.label_space": [t.label_space],
+                "train.n_way * train.num_tasks (scenario class)": [t.n_way * shift],
+                "train.curriculum n_way": [s.n_way * shift for s in t.curriculum],
+                "eval.n_way": [self.eval.n_way],
+            },
+        )
+        if "emoji" in self.eval.split_benchmarks and self.data.channels != 3:
+            raise ValueError(
+                "eval.split_benchmarks: 'emoji' (Split-Emoji, RGB) needs an RGB model (data.channels: 3), "
+                f"got data.channels={self.data.channels}"
+            )
+        e = self.eval
+        if ("emoji" in e.split_benchmarks or e.long_span_tasks or e.mini_benchmarks) and (
+            e.split_k_shot + e.split_query_per_class > self.data.examples_per_class
+        ):
+            raise ValueError(
+                "eval.split_query_per_class: Split-Emoji / long-span / mini tasks need eval.split_k_shot + "
+                f"eval.split_query_per_class <= data.examples_per_class={self.data.examples_per_class}, "
+                f"got {e.split_k_shot} + {e.split_query_per_class}"
+            )
+        self._check_backbone()
+        if "mnist" in self.eval.split_benchmarks and not self.data.mnist_dir:
+            raise ValueError(
+                "data.mnist_dir: expected the folder holding the MNIST IDX files for eval.split_benchmarks "
+                "'mnist' (Split-MNIST), got null"
+            )
+
+    def _check_backbone(self) -> None:
+        """A frozen encoder learns on cached features: no pixel-level options, no image split benchmarks;
+        the mini sequences need one."""
+        frozen = parse_backbone(self.model.backbone) is not None
+        e, t = self.eval, self.train
+        if not frozen:
+            if e.mini_benchmarks:
+                raise ValueError(
+                    "eval.mini_benchmarks: expected [] for model.backbone 'conv4' (the mini sequences are "
+                    f"measured on a frozen encoder's features), got {list(e.mini_benchmarks)!r}"
+                )
+            return
+        if e.mini_benchmarks and self.model.num_classes < 10:
+            raise ValueError(
+                "eval.mini_benchmarks: the mini sequences (5 tasks x 2 classes, class-incremental) need "
+                f"model.num_classes >= 10, got {self.model.num_classes}"
+            )
+        refused = {
+            "data.rotations": (self.data.rotations, False),
+            "train.augment.grayscale": (t.augment.grayscale, 0),
+            "train.augment.low_res": (t.augment.low_res, 0),
+            "eval.split_benchmarks": (list(e.split_benchmarks), []),
+        }
+        for key, (value, allowed) in refused.items():
+            if value != allowed:
+                raise ValueError(
+                    f"{key}: expected {allowed!r} with model.backbone {self.model.backbone!r} (features are "
+                    f"computed once per image; use eval.mini_benchmarks), got {value!r}"
+                )

@@ -1,0 +1,453 @@
+"""``fastweights cl-baselines run``: classic continual-learning baselines on the split streams of the ACL
+evaluation (issue "Classic continual-learning baselines in the same harness"; the ACL paper's comparison,
+Irie et al. 2025, Table 3, whose baseline rows come from Hsu et al. 2018).
+
+For every benchmark × scenario variant × budget × method (one *cell*):
+
+1. the training settings (epochs, batch size, learning rate) are chosen per optimizer by fine-tuning on
+   the benchmark's validation copy (held-out *training* images as queries; ``search.runs`` runs per grid
+   point, score = mean ACC) — once per benchmark × variant × budget × optimizer;
+2. the method's hyper-parameters (``search.grids``) are chosen the same way with those settings;
+3. the chosen method is trained on ``runs`` runs of the test stream (few-shot run ``r``: the ``r``-th
+   block of ``data.k_shot`` demonstrations per class, as for ACL; seed ``seed * 1000 + r`` for the
+   learner's initialisation and the mini-batch order) and summarised by
+   :func:`fastweights.cl.metrics.summarize_runs` (ACC, BWT, forgetting, learning accuracy; mean ± std).
+
+Each cell is written atomically to ``<run_dir>/cells/<benchmark>/<variant>/<budget>/<method>.json`` as it
+completes; ``--resume`` skips the cells already there (every cell is deterministic for its seed, so a
+resumed run gives the same numbers as an uninterrupted one; only the recorded ``seconds`` differ).
+``results.json``, ``report.md`` and ``plots/`` are written at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastweights.cl.baselines import STRATEGIES, Strategy
+from fastweights.cl.baselines.learners import build_learner
+from fastweights.cl.baselines.trainer import TrainSettings, fit_stream
+from fastweights.cl.metrics import average_accuracy, matrix_to_json, summarize_runs
+from fastweights.config import apply_overrides, config_to_yaml, load_run_config
+from fastweights.io import atomic_write_json, atomic_write_text
+from fastweights.recipes.cl_baselines.config import BaselinesConfig, method_optimizer, method_strategy
+from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES, Streams, load_benchmark, n_outputs
+from fastweights.train.run_folder import (
+    RunFolderError,
+    folder_contents,
+    refuse_occupied,
+    remove_stale_temporaries,
+    run_lock,
+)
+
+__all__ = ["run", "grid_points", "run_seed", "make_strategy", "fit_runs", "cell_path", "RESUME_OVERRIDABLE"]
+
+log = logging.getLogger(__name__)
+
+#: config keys a ``--resume`` may change (they do not change any number)
+RESUME_OVERRIDABLE = ("threads", "workers")
+_OUTPUTS = ("cells", "results.json", "report.md", "plots")
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of a ``{name: [values]}`` grid, in the grid's key order (``[{}]`` for ``{}``)."""
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def run_seed(cfg: BaselinesConfig, run: int) -> int:
+    """The seed of run ``run`` (initialisation and mini-batch order): ``cfg.seed * 1000 + run``; the same
+    for every method, so methods are compared on the same initialisations."""
+    return cfg.seed * 1000 + run
+
+
+def fit_runs(
+    cfg: BaselinesConfig,
+    streams: Streams,
+    *,
+    variant: str,
+    budget: str,
+    method: str,
+    settings: TrainSettings,
+    hparams: dict[str, Any],
+    runs: int,
+    validation: bool = False,
+) -> list[np.ndarray]:
+    """The accuracy matrices ``[T, T]`` of ``runs`` runs of one method (a fresh learner and strategy per
+    run). Raises ``ValueError`` naming ``search.grids.<method>`` for a hyper-parameter the strategy
+    refuses."""
+    data = streams.data
+    out = []
+    for r in range(runs):
+        tasks = streams.get(variant, budget, r, validation)
+        seed = run_seed(cfg, r)
+        torch.manual_seed(seed)
+        model = build_learner(
+            cfg.learner, channels=data.channels, image_size=cfg.data.image_size, n_out=n_outputs(variant)
+        )
+        out.append(fit_stream(model, tasks, make_strategy(method, hparams), settings, seed=seed, upper=False))
+    return out
+
+
+def make_strategy(method: str, hparams: dict[str, Any]) -> Strategy:
+    """A fresh strategy of ``method`` with ``hparams``. Raises ``ValueError`` naming
+    ``search.grids.<method>`` for a hyper-parameter the strategy refuses or does not know."""
+    try:
+        return STRATEGIES[method_strategy(method)](**hparams)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"search.grids.{method}: {err}") from None
+
+
+def _val_score(
+    cfg: BaselinesConfig,
+    streams: Streams,
+    variant: str,
+    budget: str,
+    method: str,
+    settings: TrainSettings,
+    hparams: dict[str, Any],
+) -> float:
+    """Mean ACC of ``search.runs`` runs on the validation streams: the score of one grid point."""
+    mats = fit_runs(
+        cfg,
+        streams,
+        variant=variant,
+        budget=budget,
+        method=method,
+        settings=settings,
+        hparams=hparams,
+        runs=cfg.search.runs,
+        validation=True,
+    )
+    return float(np.mean([average_accuracy(R) for R in mats]))
+
+
+def cell_path(run_dir: Path, benchmark: str, variant: str, budget: str, name: str) -> Path:
+    """Where one cell's JSON lives in a run folder."""
+    return Path(run_dir) / "cells" / benchmark / variant / budget / f"{name}.json"
+
+
+def _cached(path: Path, compute: Any) -> dict[str, Any]:
+    """The cell at ``path`` if a previous (killed) run wrote it, else ``compute()`` written atomically."""
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            log.warning("%s is damaged; recomputing it", path)
+    start = time.perf_counter()
+    cell = compute()
+    cell["seconds"] = round(time.perf_counter() - start, 2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, cell)
+    return cell
+
+
+def _settings_cell(cfg: BaselinesConfig, streams: Streams, variant: str, budget: str, optimizer: str) -> dict:
+    grid = getattr(cfg.train, budget)
+    lrs = grid.lr if optimizer == "adam" else grid.sgd_lr
+    points = [
+        TrainSettings(optimizer=optimizer, lr=lr, epochs=e, batch_size=b, min_steps=grid.min_steps)
+        for e, b, lr in itertools.product(grid.epochs, grid.batch_size, lrs)
+    ]
+    # fine-tuning with that optimizer (the "sgd" / "adam" rows) scores each point; one point: no search
+    table = [
+        {
+            "settings": vars(st),
+            "val_ACC": _val_score(cfg, streams, variant, budget, optimizer, st, {})
+            if len(points) > 1
+            else None,
+        }
+        for st in points
+    ]
+    best = max(table, key=lambda row: -1.0 if row["val_ACC"] is None else row["val_ACC"])
+    return {"optimizer": optimizer, "best": best["settings"], "search": table}
+
+
+def _method_cell(
+    cfg: BaselinesConfig, streams: Streams, variant: str, budget: str, method: str, settings: TrainSettings
+) -> dict[str, Any]:
+    points = grid_points(cfg.search.grids.get(method, {}))
+    search = []
+    if len(points) > 1:
+        for hp in points:
+            search.append(
+                {"hparams": hp, "val_ACC": _val_score(cfg, streams, variant, budget, method, settings, hp)}
+            )
+        hparams = max(search, key=lambda row: row["val_ACC"])["hparams"]
+    else:
+        hparams = points[0]
+    mats = fit_runs(
+        cfg,
+        streams,
+        variant=variant,
+        budget=budget,
+        method=method,
+        settings=settings,
+        hparams=hparams,
+        runs=cfg.runs,
+    )
+    return {
+        "method": method,
+        "strategy": method_strategy(method),
+        "settings": vars(settings),
+        "hparams": make_strategy(method, hparams).hparams(),
+        "search": search,
+        "test": summarize_runs(mats),
+        "R_runs": [matrix_to_json(R) for R in mats],
+    }
+
+
+def _prepare(
+    cfg: BaselinesConfig,
+    run_dir: Path,
+    *,
+    resume: bool,
+    force: bool,
+    command: str | None,
+    overrides: list[str],
+    check: Callable[[BaselinesConfig], None],
+) -> BaselinesConfig:
+    """Check the run folder (holding its lock), run ``check(cfg)`` (data and grids) before anything is
+    written, then write ``config.yaml`` / ``command.txt``."""
+    remove_stale_temporaries(run_dir)
+    for tmp in (run_dir / "cells").glob("**/.*.tmp"):  # cells of a killed run's atomic writes
+        tmp.unlink(missing_ok=True)
+    markers, others = folder_contents(run_dir)
+    config_path = run_dir / "config.yaml"
+    continuing = resume and bool(markers)
+    if continuing:
+        if not config_path.is_file():
+            raise RunFolderError(
+                f"run_dir: cannot --resume {run_dir}: it has {', '.join(markers)} but no config.yaml"
+            )
+        saved = load_run_config(BaselinesConfig, config_path)
+        changed = [  # repeating the run's own values is fine
+            o.split("=", 1)[0]
+            for o in overrides
+            if o.split("=", 1)[0] not in RESUME_OVERRIDABLE
+            and _plain(apply_overrides(saved, [o])) != _plain(saved)
+        ]
+        if changed:
+            raise ValueError(
+                f"overrides: --resume may change only {list(RESUME_OVERRIDABLE)} (the numbers of a run "
+                f"come from its config.yaml), given {changed}"
+            )
+        saved.threads, saved.workers = cfg.threads, cfg.workers
+        cfg = saved
+    elif not force:
+        refuse_occupied(run_dir, markers, others, "write into it")
+    check(cfg)
+    if force and not continuing:
+        for name in _OUTPUTS:
+            path = run_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(config_path, config_to_yaml(cfg))
+    if command:
+        path = run_dir / "command.txt"
+        previous = path.read_text() if continuing and path.exists() else ""
+        atomic_write_text(path, previous + command + "\n")
+    return cfg
+
+
+def _check_data(cfg: BaselinesConfig) -> dict[str, Streams]:
+    """Every benchmark loaded (and its validation copy carved) before anything is trained."""
+    out = {}
+    for name in cfg.data.benchmarks:
+        data = load_benchmark(cfg.data, name)
+        if cfg.learner == "conv4" and data.image_size % 16:
+            raise ValueError(
+                f"data.image_size: expected a multiple of 16 for learner conv4, got {data.image_size}"
+            )
+        out[name] = Streams(data, cfg.data, cfg.search.val_fraction)
+    for method in cfg.methods:  # a bad grid value fails now, not after an hour of training
+        for hp in grid_points(cfg.search.grids.get(method, {})):
+            make_strategy(method, hp)
+    return out
+
+
+_STREAMS: dict[tuple[str, str, float], Streams] = {}  # the benchmarks this process has loaded
+
+
+def _die_with_parent() -> None:
+    """Linux: a worker gets SIGKILL when the process that started it dies (even by ``kill -9``), so no
+    orphan keeps writing cells into a run folder whose lock is gone."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the line above
+        os._exit(1)
+
+
+def _worker_init(threads: int, spawned: bool = True) -> None:
+    if spawned:
+        _die_with_parent()
+    if threads:
+        torch.set_num_threads(threads)
+    if spawned:  # a spawned worker starts without the CLI's logging setup
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _streams(cfg: BaselinesConfig, bench: str) -> Streams:
+    """The benchmark's streams, loaded once per process."""
+    key = _streams_key(cfg, bench)
+    if key not in _STREAMS:
+        _STREAMS[key] = Streams(load_benchmark(cfg.data, bench), cfg.data, cfg.search.val_fraction)
+    return _STREAMS[key]
+
+
+def _streams_key(cfg: BaselinesConfig, bench: str) -> tuple[str, str, float]:
+    return bench, repr(cfg.data), cfg.search.val_fraction
+
+
+def _settings_job(
+    cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str, opt: str
+) -> dict[str, Any]:
+    """The training-settings cell of one benchmark × variant × budget for optimizer ``opt``."""
+    log.info("%s/%s/%s: training settings for %s", BENCHMARK_NAMES[bench], variant, budget, opt)
+    return _cached(
+        cell_path(run_dir, bench, variant, budget, f"_settings-{opt}"),
+        functools.partial(_settings_cell, cfg, _streams(cfg, bench), variant, budget, opt),
+    )
+
+
+def _method_job(
+    cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str, method: str, settings: dict
+) -> dict[str, Any]:
+    """One method's cell (its hyper-parameter search and test runs)."""
+    cell = _cached(
+        cell_path(run_dir, bench, variant, budget, method),
+        functools.partial(
+            _method_cell, cfg, _streams(cfg, bench), variant, budget, method, TrainSettings(**settings)
+        ),
+    )
+    key = f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}"
+    log.info("%s: %s ACC %.1f", key, method, 100 * cell["test"]["ACC"]["mean"])
+    return cell
+
+
+def _longest_first(job: tuple[Any, ...]) -> tuple[bool, bool, bool]:
+    """Sort key of a job ``(run_dir, benchmark, variant, budget, …)``: full budget, the large benchmarks
+    and 5-task streams first."""
+    return job[3] != "full", job[1] == "digits", job[2] == "class-2task"
+
+
+def _map(cfg: BaselinesConfig, fn: Any, jobs: list[tuple[Any, ...]], pool: Any) -> list[Any]:
+    """``fn(cfg, *job)`` for every job, in ``pool`` (longest first) or in this process (``pool=None``);
+    results in the order of ``jobs``."""
+    if pool is None:
+        return [fn(cfg, *job) for job in jobs]
+    futures = {
+        i: pool.submit(fn, cfg, *jobs[i])
+        for i in sorted(range(len(jobs)), key=lambda i: _longest_first(jobs[i]))
+    }
+    return [futures[i].result() for i in range(len(jobs))]
+
+
+def _measure(cfg: BaselinesConfig, run_dir: Path, pool: Any) -> dict[str, Any]:
+    """Every cell, as ``{"<benchmark>/<variant>/<budget>": {method: cell}}``: first the training settings
+    of every benchmark × variant × budget × optimizer, then every method's cell with them (each phase
+    spread over ``pool``'s workers when there is a pool)."""
+    keys = [(b, v, g) for b in cfg.data.benchmarks for v in cfg.scenarios for g in cfg.budgets]
+    optimizers = sorted({method_optimizer(m, cfg.train.optimizer) for m in cfg.methods})
+    setting_jobs = [(run_dir, *k, opt) for k in keys for opt in optimizers]
+    found = dict(zip(setting_jobs, _map(cfg, _settings_job, setting_jobs, pool), strict=True))
+    method_jobs = [
+        (run_dir, *k, m, found[(run_dir, *k, method_optimizer(m, cfg.train.optimizer))]["best"])
+        for k in keys
+        for m in cfg.methods
+    ]
+    out: dict[str, Any] = {}
+    for job, cell in zip(method_jobs, _map(cfg, _method_job, method_jobs, pool), strict=True):
+        _, bench, variant, budget, method, _ = job
+        out.setdefault(f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}", {})[method] = cell
+    return out
+
+
+def _parallel(cfg: BaselinesConfig, run_dir: Path) -> dict[str, Any]:
+    """:func:`_measure` with ``cfg.workers`` spawned processes (``cfg.threads`` torch threads each)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(cfg.workers, mp_context=ctx, initializer=_worker_init, initargs=(cfg.threads,))
+    try:
+        cells = _measure(cfg, run_dir, pool)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return cells
+
+
+def run(
+    cfg: BaselinesConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    command: str | None = None,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:
+    """Measure every cell of ``cfg`` into ``run_dir``; returns the results (also ``results.json``).
+
+    Raises:
+        FileExistsError: ``run_dir`` holds a run and neither ``resume`` nor ``force`` is given.
+        RunFolderError: ``run_dir`` holds other files (without ``force``), is locked by another process,
+            or cannot be resumed.
+        ValueError / FileNotFoundError: bad config values, missing data (naming the key / folder).
+    """
+    from fastweights.recipes.cl_baselines.report import write_report
+
+    run_dir = Path(run_dir)
+    with run_lock(run_dir):
+        loaded: dict[str, dict[str, Streams]] = {}
+        cfg = _prepare(
+            cfg,
+            run_dir,
+            resume=resume,
+            force=force,
+            command=command,
+            overrides=overrides or [],
+            check=lambda c: loaded.update(streams=_check_data(c)),
+        )
+        try:
+            if cfg.workers == 1:
+                _worker_init(cfg.threads, spawned=False)
+                for bench, streams in loaded.pop("streams").items():
+                    _STREAMS[_streams_key(cfg, bench)] = streams
+                cells = _measure(cfg, run_dir, None)
+            else:
+                loaded.clear()  # each worker loads the data it needs
+                cells = _parallel(cfg, run_dir)
+        finally:
+            _STREAMS.clear()
+        results = {"config": json.loads(json.dumps(_plain(cfg))), "cells": cells}
+        atomic_write_json(run_dir / "results.json", results)
+        write_report(results, run_dir)
+    return results
+
+
+def _plain(cfg: BaselinesConfig) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg))  # type: ignore[return-value]

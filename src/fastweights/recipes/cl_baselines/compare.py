@@ -1,0 +1,227 @@
+"""``fastweights cl-baselines compare``: ACL models and continual-learning baselines in one table per
+scenario (the layout of the ACL paper's Split-MNIST table, Irie et al. 2025, Table 3), on the same
+streams: the baselines' run fixes the benchmarks, ``k_shot``, runs and Split-Emoji settings, and every
+ACL model is evaluated with exactly those (``fastweights.recipes.acl.evaluation.split_results``), or its
+``results.json`` is read when it was evaluated with them.
+
+Output folder: ``comparison.md``, ``comparison.json``, ``plots/compare_<variant>.png`` and the ACL
+evaluations in ``acl/<name>.json`` (reused by a later compare into the same folder).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastweights.io import atomic_write_json, atomic_write_text
+from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES
+from fastweights.recipes.cl_baselines.report import (
+    BUDGET_TITLES,
+    VARIANT_TITLES,
+    method_title,
+    reference_block,
+)
+from fastweights.recipes.plots import plot_bars
+from fastweights.recipes.reporting import md_table, pm
+from fastweights.train.run_folder import check_output_dir, folder_contents, run_lock
+
+__all__ = ["compare", "acl_split_results", "comparison_rows"]
+
+log = logging.getLogger(__name__)
+
+
+def _baseline_results(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"run_dir: {path} not found; expected a finished `fastweights cl-baselines run` folder"
+        )
+    res = json.loads(path.read_text())
+    if "cells" not in res or "config" not in res:
+        raise ValueError(f"run_dir: {path} is not the results of `fastweights cl-baselines run`")
+    return res
+
+
+def _eval_overrides(cfg: dict[str, Any]) -> list[str]:
+    d = cfg["data"]
+    scen = sorted({"domain" if v == "domain" else "class" for v in cfg["scenarios"]})
+    out = [
+        f"eval.split_benchmarks=[{','.join(d['benchmarks'])}]",
+        f"eval.scenarios=[{','.join(scen)}]",
+        f"eval.split_runs={cfg['runs']}",
+        f"eval.split_k_shot={d['k_shot']}",
+        f"eval.split_query_per_class={d['query_per_class']}",
+        f"eval.seed={d['seed']}",
+        f"data.fashion_mnist_dir={d['fashion_mnist_dir']}",
+    ]
+    if d.get("mnist_dir"):
+        out.append(f"data.mnist_dir={d['mnist_dir']}")
+    return out
+
+
+def _same_streams(split: dict[str, Any], cfg: dict[str, Any]) -> bool:
+    d = cfg["data"]
+    return bool(split) and all(
+        r.get("k_shot") == d["k_shot"] and r.get("runs") == cfg["runs"] for r in split.values()
+    )
+
+
+def _check_acl_dir(acl_dir: Path) -> None:
+    """``acl_dir`` holds results or a run's config, else a one-line ``FileNotFoundError``."""
+    if not (acl_dir / "results.json").is_file() and not (acl_dir / "config.yaml").is_file():
+        raise FileNotFoundError(
+            f"--acl: {acl_dir} has no config.yaml; expected an ACL run or `fastweights acl export` folder"
+        )
+
+
+def acl_split_results(acl_dir: Path, cfg: dict[str, Any], cache: Path) -> dict[str, Any]:
+    """``{"<benchmark>/<variant>": summary}`` of an ACL run or export folder on the baselines' streams.
+
+    Read from ``acl_dir/results.json`` when its split benchmarks were measured with the baselines'
+    ``k_shot`` and runs; else from ``cache`` (an earlier compare); else the best checkpoint is evaluated
+    (``acl.evaluation.split_results``) and written to ``cache``.
+
+    Raises:
+        FileNotFoundError: if ``acl_dir`` has neither such results nor ``config.yaml`` + a checkpoint.
+    """
+    acl_dir = Path(acl_dir)
+    for path in (acl_dir / "results.json", cache):
+        if path.is_file():
+            split = json.loads(path.read_text()).get("split", {})
+            if _same_streams(split, cfg):
+                return split
+    if not (acl_dir / "config.yaml").is_file():
+        raise FileNotFoundError(
+            f"--acl: {acl_dir} has no config.yaml to evaluate, and its results.json was not measured on "
+            f"these streams (k_shot {cfg['data']['k_shot']}, {cfg['runs']} runs)"
+        )
+    from fastweights.recipes import acl
+    from fastweights.recipes.acl.config import ACLConfig
+    from fastweights.recipes.acl.evaluation import load_split_benchmarks, split_results
+    from fastweights.recipes.run import load_trained
+
+    log.info("evaluating %s on the baselines' split streams", acl_dir)
+    acl_cfg, _, model, device = load_trained(
+        acl_dir, ACLConfig, acl.build_model, "best", _eval_overrides(cfg)
+    )
+    model.eval()
+    split = split_results(acl_cfg, load_split_benchmarks(acl_cfg, []), model, device)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(cache, {"acl_dir": str(acl_dir), "split": split})
+    return split
+
+
+def comparison_rows(
+    variant: str,
+    baselines: dict[str, Any],
+    acl_models: dict[str, dict[str, Any]],
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of one scenario's table: ACC ± std (%) per benchmark, ACL models first, then
+    every baseline method per budget."""
+    cells = baselines["cells"]
+    benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
+    header = ["model", "budget", *benches]
+    rows = []
+    for name, split in acl_models.items():
+        vals = [split.get(f"{b}/{variant}") for b in benches]
+        if all(v is None for v in vals):
+            continue  # e.g. a 2-task model has no 5-task class-incremental column
+        k = baselines["config"]["data"]["k_shot"]
+        rows.append(
+            [f"ACL: {name}", f"{k} demonstrations per class (in context)"]
+            + ["—" if v is None else pm(v["ACC"]["mean"], v["ACC"]["std"], 1) for v in vals]
+        )
+    for budget in baselines["config"]["budgets"]:
+        methods = list(dict.fromkeys(m for b in benches for m in cells.get(f"{b}/{variant}/{budget}", {})))
+        for m in methods:
+            row = [method_title(m), BUDGET_TITLES.get(budget, budget)]
+            for b in benches:
+                cell = cells.get(f"{b}/{variant}/{budget}", {}).get(m)
+                row.append(
+                    "—" if cell is None else pm(cell["test"]["ACC"]["mean"], cell["test"]["ACC"]["std"], 1)
+                )
+            rows.append(row)
+    return header, rows
+
+
+def _bars(header: list[str], rows: list[list[str]]) -> dict[str, dict[str, tuple[float, float]]]:
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for row in rows:
+        label = row[0] if row[0].startswith("ACL") else f"{row[0]} ({row[1].split()[0]})"
+        vals = {}
+        for bench, cell in zip(header[2:], row[2:], strict=True):
+            if cell != "—":
+                mean, _, std = cell.partition(" ± ")
+                vals[bench] = (float(mean), float(std or 0))
+        out[label] = vals
+    return out
+
+
+def _earlier_comparison(out_dir: Path, run_dir: Path) -> bool:
+    """Whether ``out_dir`` holds only an earlier comparison of ``run_dir`` (which may be replaced)."""
+    markers, others = folder_contents(out_dir)
+    if markers or not (out_dir / "comparison.json").is_file():
+        return False
+    try:
+        recorded = json.loads((out_dir / "comparison.json").read_text())["run_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    known = {"comparison.json", "comparison.md", "plots", "acl"}
+    return set(others) <= known and Path(recorded).resolve() == run_dir.resolve()
+
+
+def compare(
+    run_dir: Path, acl_dirs: list[Path], out_dir: Path, *, force: bool = False, command: str | None = None
+) -> dict[str, Any]:
+    """Write the comparison of the baselines in ``run_dir`` and the ACL models ``acl_dirs`` into
+    ``out_dir``; returns ``{"markdown", "tables"}``.
+
+    Raises:
+        FileNotFoundError / ValueError: a folder that is not what it should be (naming it).
+        RunFolderError: ``out_dir`` holds a run or other files (without ``force``) or is locked.
+    """
+    baselines = _baseline_results(Path(run_dir))
+    cfg = baselines["config"]
+    out_dir = Path(out_dir)
+    names = [Path(a).name or str(a) for a in acl_dirs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--acl: expected folders with distinct names, given {[str(a) for a in acl_dirs]}")
+    for a in acl_dirs:  # bad input fails before anything is written
+        _check_acl_dir(Path(a))
+    with run_lock(out_dir):
+        if not _earlier_comparison(out_dir, Path(run_dir)):
+            check_output_dir(out_dir, source=Path(run_dir), force=force, purpose="eval")
+        # claim the folder first, so a compare killed while evaluating can be run again into it
+        atomic_write_json(
+            out_dir / "comparison.json", {"run_dir": str(run_dir), "acl": names, "tables": None}
+        )
+        acl_models = {
+            n: acl_split_results(Path(a), cfg, out_dir / "acl" / f"{n}.json")
+            for n, a in zip(names, acl_dirs, strict=True)
+        }
+        lines = ["# ACL vs continual-learning baselines", ""]
+        if command:
+            lines += [f"Command: `{command}`", ""]
+        lines += [
+            f"Baselines: `{run_dir}` (learner {cfg['learner']}, {cfg['runs']} runs); ACL models evaluated "
+            f"on the same streams (the same tasks, order, {cfg['data']['k_shot']} demonstrations per class "
+            "of run r, test queries). ACC after the last task, % (mean ± std over runs).",
+            "",
+        ]
+        tables = {}
+        for variant in cfg["scenarios"]:
+            header, rows = comparison_rows(variant, baselines, acl_models)
+            tables[variant] = {"header": header, "rows": rows}
+            title = VARIANT_TITLES.get(variant, variant)
+            lines += [f"## {title}", "", *md_table(header, rows), ""]
+            name = f"compare_{variant.replace('-', '_')}.png"
+            plot_bars(_bars(header, rows), out_dir / "plots" / name, ylabel="ACC (%)", title=title)
+            lines += [f"![{title}](plots/{name})", "", *reference_block(variant)]
+        markdown = "\n".join(lines)
+        atomic_write_text(out_dir / "comparison.md", markdown)
+        atomic_write_json(
+            out_dir / "comparison.json", {"run_dir": str(run_dir), "acl": names, "tables": tables}
+        )
+    return {"markdown": markdown, "tables": tables}

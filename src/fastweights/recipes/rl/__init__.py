@@ -1,0 +1,401 @@
+"""RL recipe: multi-task actor-critic with fast-weight cores (SRWM paper §4.3), V-trace learner (IMPALA).
+
+``train``: ``env.num_envs`` environments of ``env.games`` (no task id) on the training levels, a
+synchronous batched actor and V-trace updates with RMSProp (linearly decayed learning rate); every
+``train.val_every_steps`` updates a greedy evaluation on unseen validation levels (``env.val_levels``);
+atomic best/latest checkpoints (environments and the carried core state included), exactly resumable
+on CPU.
+``evaluate``: greedy episodes on each ``eval.splits`` level range (unseen) and on the training levels →
+per-game mean returns and normalised scores, ``results.json``, ``report.md`` and learning curves
+(frames vs return, training vs test levels).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.plots import plot_learning_curves
+from fastweights.recipes.reporting import md_table, run_header
+from fastweights.recipes.rl.config import LevelsConfig, RLConfig
+from fastweights.recipes.run import (
+    RecipeRun,
+    evaluate_verb,
+    export,  # noqa: F401 (the contract's slim run copy, shared by every recipe)
+    loop_settings,
+    train_verb,
+)
+from fastweights.rl.agent import Agent
+from fastweights.rl.cores import CORES, Core
+from fastweights.rl.encoders import make_encoder
+from fastweights.rl.envs import MINIGRID_ACTIONS, MINIGRID_OBS_SHAPE, MiniGridVecEnv, VecEnv
+from fastweights.rl.procgen import (
+    PROCGEN_ACTIONS,
+    PROCGEN_NORMALISATION,
+    PROCGEN_OBS_SHAPE,
+    ProcgenVecEnv,
+)
+from fastweights.rl.rollout import Actor, evaluate_greedy, evaluate_random, learner_loss
+from fastweights.train.loop import fit
+
+__all__ = [*RECIPE_MEMBERS, "MODELS", "NORMALISATION", "SUITE_SPECS", "normalised_score", "make_env"]
+
+NAME = "rl"  # the registry / CLI name (recipes.contract.RECIPES)
+CONFIG = RLConfig
+MODEL_KEY = "model.core"  # what `compare` varies
+MODELS = CORES  # the names `compare --models` accepts
+
+log = logging.getLogger(__name__)
+
+#: (R_min, R_max) per game (or per suite, for its games without their own) for the normalised score
+#: (R − R_min) / (R_max − R_min). MiniGrid: an episode returns 1 − 0.9 · steps / max_steps on success
+#: and 0 otherwise (minigrid's reward), so (0, 1). ProcGen: Cobbe et al. 2020's easy-mode constants.
+NORMALISATION: dict[str, tuple[float, float]] = {"minigrid": (0.0, 1.0), **PROCGEN_NORMALISATION}
+
+#: Per suite: (observation shape, number of actions, the encoder ``model.encoder: auto`` picks).
+SUITE_SPECS: dict[str, tuple[tuple[int, ...], int, str]] = {
+    "minigrid": (MINIGRID_OBS_SHAPE, MINIGRID_ACTIONS, "minigrid"),
+    "procgen": (PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, "impala"),
+}
+
+
+def normalisation_constants(suite: str, game: str) -> tuple[float, float]:
+    """``(R_min, R_max)`` of ``game``: its own in :data:`NORMALISATION`, else its suite's."""
+    return NORMALISATION[game] if game in NORMALISATION else NORMALISATION[suite]
+
+
+def normalised_score(suite: str, game: str, mean_return: float) -> float:
+    """``(R − R_min) / (R_max − R_min)`` with :data:`NORMALISATION`'s constants for ``game``."""
+    r_min, r_max = normalisation_constants(suite, game)
+    return (mean_return - r_min) / (r_max - r_min)
+
+
+def make_env(
+    cfg: RLConfig,
+    levels: LevelsConfig,
+    envs_per_game: int | None = None,
+    *,
+    evaluation: bool = False,
+    seed: int = 0,
+) -> VecEnv:
+    """The vectorised environments of ``cfg.env`` on ``levels``: ``cfg.env.num_envs`` in training (levels
+    drawn uniformly), ``envs_per_game`` per game in evaluation. MiniGrid's evaluation visits every level
+    once before repeating one; ProcGen draws levels itself, uniformly, in evaluation too (as the
+    reference protocol: ``num_levels=200, start_level=1000``, 200 episodes).
+
+    Raises:
+        ValueError: naming ``env.games`` / ``env.num_envs`` for games the suite does not have.
+        ImportError: when the suite's package is not installed.
+    """
+    e = cfg.env
+    n = e.num_envs if envs_per_game is None else envs_per_game * len(e.games)
+    try:
+        if e.suite == "procgen":
+            return ProcgenVecEnv(
+                list(e.games), n, levels.level_set(), seed=seed, distribution_mode=e.distribution_mode
+            )
+        return MiniGridVecEnv(
+            list(e.games), n, levels.level_set(), seed=seed, draw="cycle" if evaluation else "uniform"
+        )
+    except ValueError as err:
+        raise ValueError(f"env.{err}") from None
+
+
+def build_model(cfg: RLConfig) -> Agent:
+    """The agent of ``cfg.model`` for ``cfg.env``'s observations and actions."""
+    m = cfg.model
+    obs_shape, num_actions, auto_encoder = SUITE_SPECS[cfg.env.suite]
+    encoder = make_encoder(auto_encoder if m.encoder == "auto" else m.encoder, obs_shape, m.feature_dim)
+    core = Core(
+        m.core,
+        m.feature_dim + 1,
+        d_model=m.d_model,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        d_ff=m.d_ff,
+        lstm_size=m.lstm_size or None,
+        reset_every=m.reset_every,
+    )
+    return Agent(encoder, num_actions, core)
+
+
+def _frames(cfg: RLConfig, step: int) -> int:
+    return step * cfg.train.unroll * cfg.env.num_envs
+
+
+def _level_scores(
+    cfg: RLConfig,
+    agent: Agent | None,
+    levels: LevelsConfig,
+    episodes: int,
+    envs_per_game: int,
+) -> dict[str, dict[str, float]]:
+    """Per game: mean / std of the greedy returns over ``episodes`` episodes and its normalised score
+    (``agent=None``: uniformly random actions, the random-policy reference)."""
+    env = make_env(cfg, levels, envs_per_game, evaluation=True)
+    try:
+        if agent is None:
+            returns = evaluate_random(env, episodes // envs_per_game, seed=cfg.train.seed)
+        else:
+            returns = evaluate_greedy(
+                agent, env, episodes // envs_per_game, reward_clip=cfg.train.reward_clip
+            )
+    finally:
+        env.close()
+    return {
+        game: {
+            "mean_return": statistics.fmean(r),
+            "std_return": statistics.pstdev(r),
+            "episodes": len(r),
+            "normalised": normalised_score(cfg.env.suite, game, statistics.fmean(r)),
+        }
+        for game, r in returns.items()
+    }
+
+
+def _mean_normalised(scores: dict[str, dict[str, float]]) -> float:
+    return statistics.fmean(s["normalised"] for s in scores.values())
+
+
+def _fit(run: RecipeRun) -> dict[str, Any]:
+    """Train ``cfg`` into ``run_dir`` (``config.yaml``, ``metrics.jsonl``, ``checkpoints/``).
+
+    Stops at ``train.max_steps`` updates or ``train.max_minutes``; the best checkpoint maximises the
+    mean normalised greedy score on ``env.val_levels`` (``val_score``; disjoint from ``eval.splits``). See
+    :func:`fastweights.train.loop.fit` for resume and interruption.
+    """
+    cfg, device = run.cfg, run.device
+    t = cfg.train
+    agent = build_model(cfg).to(device)
+    env = run.data  # the training environments (built before the run folder was written)
+    actor = Actor(agent, env, reward_clip=t.reward_clip, seed=t.seed)
+    optimizer = torch.optim.RMSprop(agent.parameters(), lr=t.lr, alpha=t.rmsprop_alpha, eps=t.rmsprop_eps)
+    total = max(t.max_steps, 1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / total))
+
+    def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        loss, info = learner_loss(
+            agent,
+            actor.unroll(t.unroll),
+            discount=t.discount,
+            baseline_cost=t.baseline_cost,
+            entropy_cost=t.entropy_cost,
+        )
+        return loss, {**info, "frames": _frames(run.saved_cfg, step + 1)}  # all ranks' frames
+
+    def validate() -> dict[str, float]:
+        episodes = actor.pop_episodes()
+        agent.eval()
+        scores = _level_scores(
+            cfg, agent, cfg.env.val_levels, t.val_episodes * cfg.eval.envs_per_game, cfg.eval.envs_per_game
+        )
+        record = {"val_score": _mean_normalised(scores)}
+        for game, s in scores.items():
+            record[f"val_return/{game}"] = s["mean_return"]
+        for game in cfg.env.games:
+            mine = [r for g, r, _ in episodes if g == game]
+            if mine:
+                record[f"train_return/{game}"] = statistics.fmean(mine)
+        per_game = [
+            normalised_score(cfg.env.suite, game, record[f"train_return/{game}"])
+            for game in cfg.env.games
+            if f"train_return/{game}" in record
+        ]
+        if per_game:  # the mean over games (as val_score), not over episodes
+            record["train_score"] = statistics.fmean(per_game)
+        return record
+
+    try:
+        return fit(
+            run.run_dir,
+            model=agent,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            step_fn=step_fn,
+            validate_fn=validate,
+            settings=loop_settings(t),
+            objective="val_score",
+            resume=run.resume,
+            extra_state={"actor": (actor.state_dict, actor.load_state_dict)},
+            metadata={"config": asdict(run.saved_cfg)},
+            description=f"rl {cfg.model.core} on {len(cfg.env.games)} games",
+            postfix=("frames",),
+            map_location=run.device,
+        )
+    finally:
+        env.close()
+
+
+def _measure(cfg: RLConfig, state: dict[str, Any], model: Agent, device: Any) -> dict[str, Any]:
+    """Greedy episodes on every ``eval.splits`` range (unseen levels) and on the training levels."""
+    e = cfg.eval
+    splits = []
+    for split in e.splits:
+        scores = _level_scores(cfg, model, split, e.episodes, e.envs_per_game)
+        splits.append({"levels": asdict(split), "games": scores, "score": _mean_normalised(scores)})
+    test_games = {g: statistics.fmean(s["games"][g]["normalised"] for s in splits) for g in cfg.env.games}
+    out: dict[str, Any] = {
+        "suite": cfg.env.suite,
+        "games": list(cfg.env.games),
+        "frames": _frames(cfg, state["step"]),
+        "normalisation": {g: normalisation_constants(cfg.env.suite, g) for g in cfg.env.games},
+        "test_splits": splits,
+        "test_score": statistics.fmean(s["score"] for s in splits),
+        "test_normalised": test_games,
+    }
+    if e.train_episodes:
+        train = _level_scores(cfg, model, cfg.env.train_levels, e.train_episodes, e.envs_per_game)
+        out["train_levels"] = train
+        out["train_score"] = _mean_normalised(train)
+    if e.random_policy:
+        rand = _level_scores(cfg, None, e.splits[0], e.episodes, e.envs_per_game)
+        out["random_policy"] = {"levels": asdict(e.splits[0]), "games": rand, "score": _mean_normalised(rand)}
+    return {"rl": out}
+
+
+def _curves(run_dir: Path, prefix: str) -> dict[str, list[tuple[float, float]]]:
+    path = run_dir / "metrics.jsonl"
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for r in read_jsonl(path) if path.exists() else []:
+        for key, value in r.items():
+            if key.startswith(prefix):
+                curves.setdefault(key[len(prefix) :], []).append((r["frames"], value))
+    return curves
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> Path:
+    """``report.md`` and ``plots/returns.png`` (frames vs greedy return on the validation levels and
+    training return per game, from ``out_dir/metrics.jsonl``); returns the report's path."""
+    run, rl = results["run"], results["rl"]
+    header = ["game", "normalisation (R_min, R_max)"]
+    header += [
+        f"test {s['levels']['start']}–{s['levels']['start'] + s['levels']['count'] - 1}"
+        for s in rl["test_splits"]
+    ]
+    header += ["test normalised (mean of splits)"] + (["training levels"] if "train_levels" in rl else [])
+    rows = []
+    for g in rl["games"]:
+        row = [g, str(tuple(rl["normalisation"][g]))]
+        row += [
+            f"{s['games'][g]['mean_return']:.3f} ± {s['games'][g]['std_return']:.3f}"
+            for s in rl["test_splits"]
+        ]
+        row.append(f"{100 * rl['test_normalised'][g]:.1f}")
+        if "train_levels" in rl:
+            row.append(f"{rl['train_levels'][g]['mean_return']:.3f}")
+        rows.append(row)
+    lines = [
+        f"# RL report: {run['preset']} ({run['sequence_layer']})",
+        "",
+        *run_header(run, f"; {rl['frames']:,} training frames"),
+        "",
+        *md_table(header, rows),
+        "",
+        f"Mean normalised score ×100: test {100 * rl['test_score']:.1f}"
+        + (f", training levels {100 * rl['train_score']:.1f}" if "train_score" in rl else "")
+        + ". Returns: mean ± std over the greedy episodes of each level range.",
+    ]
+    if "random_policy" in rl:
+        rand = rl["random_policy"]
+        lv = rand["levels"]
+        per_game = ", ".join(
+            f"{g} {rand['games'][g]['mean_return']:.3f} ({100 * rand['games'][g]['normalised']:.1f})"
+            for g in rl["games"]
+        )
+        lines += [
+            "",
+            f"Random policy (uniform actions) on levels {lv['start']}–{lv['start'] + lv['count'] - 1}, "
+            f"mean return (normalised ×100): {per_game}; mean normalised {100 * rand['score']:.1f}.",
+        ]
+    curves = {f"validation {g}": c for g, c in _curves(out_dir, "val_return/").items()}
+    curves |= {f"train {g}": c for g, c in _curves(out_dir, "train_return/").items()}
+    if curves:
+        png = plot_learning_curves(
+            curves,
+            out_dir / "plots" / "returns.png",
+            xlabel="training frames",
+            ylabel="mean episode return",
+            title=f"{run['sequence_layer']}: greedy on validation levels, sampled on training levels",
+        )
+        lines += ["", f"![returns]({png.relative_to(out_dir)})"]
+    path = out_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The SRWM paper's Table-3 layout: one row per core, normalised scores ×100 (train / test levels)."""
+    games = next(iter(results.values()))["rl"]["games"]
+    header = ["model", "frames", "train min", "train levels", "test levels", *[f"test {g}" for g in games]]
+    rows = []
+    for name, res in results.items():
+        run, rl = res["run"], res["rl"]
+        rows.append(
+            [
+                name,
+                f"{rl['frames']:,}",
+                f"{run['train_minutes']:.1f}",
+                f"{100 * rl['train_score']:.1f}" if "train_score" in rl else "—",
+                f"{100 * rl['test_score']:.1f}",
+                *[f"{100 * rl['test_normalised'][g]:.1f}" for g in games],
+            ]
+        )
+    rand = next((r["rl"]["random_policy"] for r in results.values() if "random_policy" in r["rl"]), None)
+    if rand is not None:  # the reference row: uniform actions on the first test split
+        lv = rand["levels"]
+        rows.append(
+            [
+                f"random policy (levels {lv['start']}–{lv['start'] + lv['count'] - 1})",
+                "—",
+                "—",
+                "—",
+                f"{100 * rand['score']:.1f}",
+                *[f"{100 * rand['games'][g]['normalised']:.1f}" for g in games],
+            ]
+        )
+    return header, rows
+
+
+def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
+    """``run_root/comparison.png``: mean normalised greedy validation score vs training frames, one line per
+    run."""
+    curves = {}
+    for name, res in results.items():
+        path = Path(res["run"]["run_dir"]) / "metrics.jsonl"
+        records = read_jsonl(path) if path.exists() else []
+        curves[name] = [(r["frames"], r["val_score"]) for r in records if "val_score" in r]
+    plot_learning_curves(
+        curves,
+        Path(run_root) / "comparison.png",
+        xlabel="training frames",
+        ylabel="normalised validation score",
+        title="greedy score on unseen validation levels during training",
+    )
+
+
+def summary(results: dict[str, Any]) -> str:
+    """One line for the terminal: the mean normalised test (and training-level) score."""
+    rl = results["rl"]
+    train = f", training levels {100 * rl['train_score']:.1f}" if "train_score" in rl else ""
+    head = f"{len(rl['games'])} games, {rl['frames']:,} frames"
+    return f"{head}: normalised score ×100 test {100 * rl['test_score']:.1f}{train}"
+
+
+train = train_verb(_fit, load_data=lambda c, _: make_env(c, c.env.train_levels, seed=c.train.seed))
+
+evaluate = evaluate_verb(
+    _measure,
+    config_cls=RLConfig,
+    build=build_model,
+    write_report=write_report,
+    model_name=lambda c: c.model.core,
+    doc="""Evaluate the ``which`` checkpoint of ``run_dir`` with greedy actions on every ``eval.splits``
+    level range (unseen in training) and on the training levels: per-game returns and normalised scores.""",
+)

@@ -1,0 +1,565 @@
+"""The run lifecycle every recipe shares: device choice, the training-loop settings, run-folder
+preparation (guard, lock, resume, ``--force``), the recorded command line, the ``train`` / ``evaluate``
+verbs built from a recipe's pieces, loading a trained run and the slim ``export`` copy."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from fastweights.config import (
+    apply_overrides,
+    config_to_yaml,
+    deprecated_keys,
+    load_run_config,
+    rename_deprecated,
+)
+from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.recipes.reporting import save_evaluation
+from fastweights.train import distributed
+from fastweights.train.checkpoint import CheckpointManager
+from fastweights.train.loop import LoopSettings, resume_fallback_hint
+from fastweights.train.run_folder import (
+    RunFolderError,
+    folder_contents,
+    holds_lock,
+    locks_eval_output,
+    locks_run_dir,
+    output_folder,
+    refuse_occupied,
+    remove_stale_temporaries,
+)
+
+__all__ = [
+    "command_line",
+    "export",
+    "loop_settings",
+    "load_run",
+    "run_summary",
+    "RecipeRun",
+    "start_run",
+    "train_verb",
+    "evaluate_verb",
+    "load_trained",
+    "prepare_run",
+    "resolve_device",
+    "RESUME_OVERRIDABLE",
+]
+
+C = TypeVar("C")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``.
+
+    Raises:
+        ValueError: naming ``device`` for an unknown device or CUDA without a CUDA build/GPU.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {name!r} ({err})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device: {name!r} requested but CUDA is not available (torch {torch.__version__}); "
+            "use device=cpu or device=auto"
+        )
+    return device
+
+
+def loop_settings(o: Any) -> LoopSettings:
+    """The loop settings of a recipe's ``train`` section (``tensorboard`` and ``accumulation_steps`` when
+    it has those fields)."""
+    return LoopSettings(
+        max_steps=o.max_steps,
+        max_minutes=o.max_minutes,
+        val_every_steps=o.val_every_steps,
+        checkpoint_every_steps=o.checkpoint_every_steps,
+        grad_clip=o.grad_clip,
+        tensorboard=getattr(o, "tensorboard", False),
+        accumulation_steps=getattr(o, "accumulation_steps", 1),
+        precision=o.precision,
+    )
+
+
+#: config keys a ``--resume key=value`` may change (``eval.*``: every key of the eval section)
+RESUME_OVERRIDABLE = (
+    "train.max_steps",
+    "train.max_minutes",
+    "train.threads",
+    "device",
+    "eval.*",
+    # where decoded data is cached does not change what is trained on
+    "data.cache_dir",
+    "domain_a.cache_dir",
+    "domain_b.cache_dir",
+)
+
+
+def _resume_overrides(cfg: C, overrides: list[str] | None, run_dir: Path) -> C:
+    """``cfg`` (the run's saved config) with the ``--resume`` overrides applied.
+
+    Raises:
+        ValueError: naming the keys outside :data:`RESUME_OVERRIDABLE` whose value would change (an
+            override equal to the saved value is accepted) and listing the keys that may change.
+    """
+    if not overrides:
+        return cfg
+    overrides = rename_deprecated(list(overrides), deprecated_keys(cfg), "overrides")  # warn once
+    new = apply_overrides(cfg, overrides)
+    refused = []
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        allowed = key in RESUME_OVERRIDABLE or key.startswith("eval.")
+        if not allowed and apply_overrides(cfg, [item]) != cfg:
+            refused.append(key)
+    if refused:
+        raise ValueError(
+            f"overrides: {', '.join(refused)} cannot change when resuming {run_dir} (its config.yaml keeps "
+            f"the values it was trained with); keys that may change on --resume: "
+            f"{', '.join(RESUME_OVERRIDABLE)}"
+        )
+    return new
+
+
+def _start_over(run_dir: Path) -> None:
+    """``--force`` without ``--resume``: remove the previous run's checkpoints, log and results."""
+    ckpt = CheckpointManager(run_dir)
+    for path in (ckpt.path("latest"), ckpt.path("best"), run_dir / "metrics.jsonl", run_dir / "results.json"):
+        path.unlink(missing_ok=True)
+
+
+def prepare_run(
+    cfg: C,
+    run_dir: Path,
+    *,
+    resume: bool,
+    command: str | None,
+    check: Callable[[C], None] | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
+) -> C:
+    """Check ``run_dir`` and write its ``config.yaml`` and ``command.txt``; returns the config to train.
+
+    Call it holding ``run_lock(run_dir)`` (recipes decorate ``train`` with
+    :func:`fastweights.train.run_folder.locks_run_dir`). Stale temporary files of killed writes are
+    removed first. A fresh run needs a new or empty ``run_dir`` (``force``: start over in a folder
+    holding a run, removing its checkpoints, ``metrics.jsonl`` and ``results.json``). ``resume``
+    continues the run in ``run_dir`` with its saved ``config.yaml``, changed only by the ``overrides``
+    that :data:`RESUME_OVERRIDABLE` allows; a ``run_dir`` that does not exist yet (or holds only the
+    config of a run killed before its first checkpoint or log line) starts from step 0. ``check(cfg)``
+    (the recipe's config validation) runs before anything is written.
+
+    Args:
+        overrides: the command line's ``key=value`` items; only used when resuming (``cfg`` already
+            contains them otherwise).
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set.
+        RunFolderError: if ``run_dir`` holds other files (without ``force``), or ``resume`` finds a log
+            or ``best.pt`` but no ``latest.pt`` to continue from, or a checkpoint without ``config.yaml``.
+        ValueError: from ``check`` or for overrides that may not change on resume (nothing is written).
+        RuntimeError: if the caller does not hold the folder's lock.
+    """
+    run_dir = Path(run_dir)
+    if not holds_lock(run_dir):
+        raise RuntimeError(f"prepare_run: hold run_lock({run_dir}) first (see locks_run_dir)")
+    remove_stale_temporaries(run_dir)
+    ckpt = CheckpointManager(run_dir)
+    markers, others = folder_contents(run_dir)
+    config_path = run_dir / "config.yaml"
+    log_path = run_dir / "metrics.jsonl"
+    has_log = log_path.exists() and log_path.stat().st_size > 0
+    continuing = resume and bool(markers)  # --resume wins over --force
+    if continuing:
+        if ckpt.exists("latest") and not config_path.exists():
+            raise RunFolderError(f"run_dir: cannot --resume {run_dir}: it has checkpoints but no config.yaml")
+        if not ckpt.exists("latest") and (has_log or ckpt.exists("best") or not config_path.exists()):
+            found = [
+                n
+                for n, ok in (("metrics.jsonl", has_log), ("checkpoints/best.pt", ckpt.exists("best")))
+                if ok
+            ] or markers
+            raise RunFolderError(
+                f"run_dir: cannot --resume {run_dir}: it has {', '.join(found)} but no "
+                "checkpoints/latest.pt to continue from; restarting would mix two runs (pass --force "
+                "without --resume to start over, or choose another folder)"
+            )
+        ckpt.verify("latest", fallback_hint=resume_fallback_hint(ckpt))  # before anything is written
+        cfg = _resume_overrides(_run_config(config_path, type(cfg)), overrides, run_dir)
+    elif not force:
+        refuse_occupied(run_dir, markers, others, "train into it")
+    if check is not None:
+        check(cfg)
+    if force and not continuing:
+        _start_over(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(config_path, config_to_yaml(cfg))
+    if command:  # a resumed run keeps the commands that started it
+        path = run_dir / "command.txt"
+        previous = path.read_text() if continuing and path.exists() else ""
+        atomic_write_text(path, previous + command + "\n")
+    return cfg
+
+
+def command_line() -> str:
+    """The command that started this process (recorded in run folders)."""
+    return "fastweights " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def load_run(
+    run_dir: Path, config_cls: type, which: str = "best", overrides: list[str] | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """``(config, checkpoint)`` of a run folder written by a recipe's ``train``.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if the checkpoint is damaged (saying whether the other one can be used).
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"run_dir: expected {run_dir}/config.yaml (a folder written by `train`)")
+    cfg = _run_config(run_dir / "config.yaml", config_cls)
+    if overrides:
+        cfg = apply_overrides(cfg, overrides)
+    ckpt = CheckpointManager(run_dir)
+    state = ckpt.load(which)  # type: ignore[arg-type]
+    if state is None:
+        other = "latest" if which == "best" else "best"
+        hint = f"; {other}.pt exists: pass --checkpoint {other}" if ckpt.exists(other) else ""  # type: ignore[arg-type]
+        raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints{hint}")
+    return cfg, state
+
+
+def _run_config(path: Path, config_cls: type) -> Any:
+    """The run folder's config; when it does not load as ``config_cls`` but as another registered
+    recipe's config, the error says which recipe wrote the run.
+
+    Raises:
+        ValueError: one line naming ``path``.
+    """
+    from fastweights.recipes.contract import RECIPES, get_recipe
+
+    try:
+        return load_run_config(config_cls, path)
+    except ValueError as err:
+        for name in RECIPES:
+            other = get_recipe(name)
+            if other.CONFIG is config_cls:
+                continue
+            try:
+                load_run_config(other.CONFIG, path)
+            except ValueError:
+                continue
+            raise ValueError(
+                f"config: {path} holds a `{name}` run, not one of this recipe; use `fastweights {name} …`"
+            ) from None
+        raise err
+
+
+def run_summary(
+    cfg: Any,
+    run_dir: Path,
+    state: dict[str, Any],
+    which: str,
+    command: str | None,
+    *,
+    model_name: str | None = None,
+) -> dict:
+    """The ``"run"`` section of ``results.json``: ``steps``/``train_minutes`` of the evaluated
+    checkpoint, ``trained_steps`` = the last step logged in ``metrics.jsonl`` and ``sequence_layer`` =
+    ``model_name`` (default ``cfg.model.sequence_layer``)."""
+    cmd = run_dir / "command.txt"
+    log = run_dir / "metrics.jsonl"
+    records = read_jsonl(log) if log.exists() else []
+    return {
+        "preset": cfg.name,
+        "run_dir": str(run_dir),
+        "sequence_layer": model_name or cfg.model.sequence_layer,
+        "checkpoint": which,
+        "steps": state["step"],
+        "train_minutes": state["elapsed_seconds"] / 60,
+        "trained_steps": records[-1]["step"] if records else state["step"],
+        "command": cmd.read_text().strip() if cmd.exists() else "",
+        "eval_command": command or "",
+    }
+
+
+@dataclass
+class RecipeRun:
+    """What a recipe's ``train`` needs after :func:`start_run`: this rank's config, the device, the
+    two random streams the loop checkpoints (episode sampling and the synthetic stage) and the data
+    ``load_data`` returned.
+
+    Under torchrun ``cfg`` is this rank's share (:func:`fastweights.train.distributed.rank_config`: the
+    batch divided by the ranks, ``train.seed + rank``) and ``saved_cfg`` the config as ``config.yaml``
+    holds it (the global batch); in a single process both are the same object.
+    """
+
+    cfg: Any
+    run_dir: Path
+    device: torch.device
+    rng: np.random.Generator
+    synthetic: torch.Generator
+    data: Any = None
+    resume: bool = False
+    saved_cfg: Any = None
+
+    def __post_init__(self) -> None:
+        if self.saved_cfg is None:
+            self.saved_cfg = self.cfg
+
+
+def start_run(
+    cfg: Any,
+    run_dir: Path,
+    *,
+    resume: bool,
+    command: str | None,
+    load_data: Callable[[Any, bool], Any] | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
+) -> RecipeRun:
+    """:func:`prepare_run` (``overrides`` and ``force`` as there), then threads, device and seeds from
+    ``cfg.train``.
+
+    Before anything is written, the device and loop settings are checked and
+    ``load_data(cfg, continuing)`` (the recipe's data: pools, corpus; ``continuing``: a checkpoint will
+    be resumed) runs with the final config, so a missing or bad data folder leaves no run folder behind;
+    its result is :attr:`RecipeRun.data`.
+
+    Under torchrun (:mod:`fastweights.train.distributed`) rank 0 does all of the above; the other ranks
+    wait for its final config (or its error, raised there as ``RankStopped``), then load their own
+    data. Every rank gets its share of the batch and its own seed (:class:`RecipeRun`).
+    """
+    run_dir = Path(run_dir)
+    loaded: list[Any] = [None]
+    w = distributed.setup(resolve_device(cfg.device))
+
+    def check_all(c: Any) -> None:
+        resolve_device(c.device)
+        loop_settings(c.train)
+        local = distributed.rank_config(c, w)
+        if load_data is not None:
+            loaded[0] = load_data(local, resume and CheckpointManager(run_dir).exists("latest"))
+
+    if w.main:
+        try:
+            cfg = prepare_run(
+                cfg,
+                run_dir,
+                resume=resume,
+                command=command,
+                check=check_all,
+                overrides=overrides,
+                force=force,
+            )
+        except Exception as err:
+            distributed.broadcast_object({"error": f"{type(err).__name__}: {err}"}, w)
+            raise
+        distributed.broadcast_object({"cfg": cfg}, w)
+    else:
+        received = distributed.broadcast_object(None, w)
+        if "error" in received:
+            raise distributed.RankStopped(f"rank 0 stopped: {received['error']}")
+        cfg = received["cfg"]
+        check_all(cfg)
+    local = distributed.rank_config(cfg, w)
+    t = local.train
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    torch.manual_seed(t.seed)
+    return RecipeRun(
+        local,
+        run_dir,
+        distributed.rank_device(resolve_device(cfg.device), w),
+        np.random.default_rng(t.seed),
+        torch.Generator().manual_seed(t.seed),
+        loaded[0],
+        resume,
+        cfg,
+    )
+
+
+_TRAIN_DOC = """
+
+    Args:
+        cfg: the recipe's config (validated when it was built).
+        run_dir: the run folder (``config.yaml``, ``command.txt``, ``metrics.jsonl``, ``checkpoints/``).
+        resume: continue the run in ``run_dir`` exactly (its saved config; ``overrides`` may change
+            only :data:`~fastweights.recipes.run.RESUME_OVERRIDABLE`).
+        command: the command line recorded in ``command.txt``.
+        overrides: the ``key=value`` items given with ``resume``.
+        force: start over in a folder that holds a run.
+
+    Returns:
+        ``{"step", "minutes", **last validation record}``.
+
+    Raises:
+        FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set.
+        RunFolderError: if another process holds ``run_dir`` or it cannot be resumed (the message says why).
+        ValueError: for overrides that may not change on resume, or data the recipe refuses.
+        FileNotFoundError: for a missing data folder or file (nothing is written then).
+    """
+
+
+def train_verb(
+    fit_recipe: Callable[[RecipeRun], dict[str, Any]],
+    *,
+    load_data: Callable[[Any, bool], Any] | None = None,
+    doc: str | None = None,
+) -> Callable[..., dict[str, Any]]:
+    """The ``train`` function of a recipe module: the run folder's lock, :func:`start_run` (guards,
+    config checks, ``load_data`` before anything is written) and then ``fit_recipe(run)``.
+
+    Args:
+        fit_recipe: builds the model and trains it (usually through :func:`fit_run`).
+        load_data: the recipe's data for the final config (see :func:`start_run`).
+        doc: the first part of the returned function's docstring (default: ``fit_recipe``'s).
+    """
+
+    @locks_run_dir
+    def train(
+        cfg: Any,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        command: str | None = None,
+        overrides: list[str] | None = None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        run = start_run(
+            cfg,
+            run_dir,
+            resume=resume,
+            command=command,
+            overrides=overrides,
+            force=force,
+            load_data=load_data,
+        )
+        return fit_recipe(run)
+
+    train.__doc__ = (doc or fit_recipe.__doc__ or "").rstrip() + _TRAIN_DOC
+    train.__module__ = fit_recipe.__module__
+    return train
+
+
+_EVALUATE_DOC = """
+
+    Args:
+        run_dir: a run folder written by ``train`` (or an ``export`` copy).
+        which: the checkpoint, ``"best"`` or ``"latest"``.
+        overrides: ``eval.*`` (or other) ``key=value`` items applied to the run's saved config.
+        command: the command recorded as ``results.json`` ``run.eval_command``.
+        out_dir: where ``results.json``, ``report.md`` and ``plots/`` go (default ``run_dir``; the
+            training log is copied there for the curves).
+        force: write into an ``out_dir`` that holds another run or other files.
+
+    Returns:
+        The results (``run`` section + the recipe's sections), as written to ``results.json``.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if ``out_dir`` holds another run or other files (unless ``force``), another
+            process holds it, or the checkpoint is damaged.
+        ValueError: for overrides the config refuses or data the recipe cannot evaluate on.
+    """
+
+
+def evaluate_verb(
+    measure: Callable[[Any, dict[str, Any], torch.nn.Module, torch.device], dict[str, Any]],
+    *,
+    config_cls: type,
+    build: Callable[[Any], torch.nn.Module],
+    write_report: Callable[[dict[str, Any], Path], Path],
+    doc: str,
+    model_name: Callable[[Any], str] | None = None,
+) -> Callable[..., dict[str, Any]]:
+    """The ``evaluate`` function of a recipe module: the output folder's lock and guard, the trained
+    model (:func:`load_trained`, in eval mode), ``measure(cfg, checkpoint, model, device)`` → the
+    recipe's result sections (a ``"run"`` entry adds fields to the run section), the run summary with
+    the evaluation time, then ``results.json`` + ``write_report``
+    (:func:`~fastweights.recipes.reporting.save_evaluation`).
+    """
+
+    @locks_eval_output
+    def evaluate(
+        run_dir: Path,
+        *,
+        which: str = "best",
+        overrides: list[str] | None = None,
+        command: str | None = None,
+        out_dir: Path | None = None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        run_dir = Path(run_dir)
+        cfg, state, model, device = load_trained(run_dir, config_cls, build, which, overrides)
+        model.eval()
+        t0 = time.monotonic()
+        sections = measure(cfg, state, model, device)
+        run = {
+            **run_summary(cfg, run_dir, state, which, command, model_name=model_name and model_name(cfg)),
+            **sections.pop("run", {}),
+            "eval_minutes": (time.monotonic() - t0) / 60,
+        }
+        return save_evaluation({"run": run, **sections}, run_dir, out_dir, write_report)
+
+    evaluate.__doc__ = doc.rstrip() + _EVALUATE_DOC
+    evaluate.__module__ = measure.__module__
+    return evaluate
+
+
+def load_trained(
+    run_dir: Path, config_cls: type, build: Any, which: str = "best", overrides: list[str] | None = None
+) -> tuple[Any, dict[str, Any], torch.nn.Module, torch.device]:
+    """``(config, checkpoint, model with its weights, device)`` of a run folder, for evaluation.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        RunFolderError: if the checkpoint is damaged.
+    """
+    cfg, state = load_run(Path(run_dir), config_cls, which, overrides)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    device = resolve_device(cfg.device)
+    model = build(cfg).to(device)
+    model.load_state_dict(state["model"])
+    return cfg, state, model, device
+
+
+def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
+    """Write a slim, shareable copy of a run: ``config.yaml``, ``command.txt``, ``metrics.jsonl`` and
+    ``checkpoints/best.pt`` holding only the model weights and training step/time (no optimiser).
+
+    ``out_dir`` must be new or empty (``force``: overwrite whatever it holds, even ``run_dir`` itself);
+    it is locked while written.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` has no such checkpoint.
+        RunFolderError: if ``out_dir`` holds a run or other files (without ``force``), another process
+            holds it, or the checkpoint is damaged.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
+        state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
+        if state is None:
+            raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
+        names = [n for n in ("config.yaml", "command.txt", "metrics.jsonl") if (run_dir / n).exists()]
+        files = {n: (run_dir / n).read_text() for n in names}
+        slim = {k: state[k] for k in ("model", "step", "elapsed_seconds", "best")}
+        for name, text in files.items():
+            atomic_write_text(out_dir / name, text)
+        out = CheckpointManager(out_dir)
+        path = out.write("best", slim)
+        out.path("latest").unlink(missing_ok=True)  # only with force: a latest.pt of what was there
+    return path
