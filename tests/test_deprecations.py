@@ -22,7 +22,7 @@ from fastweights.io import read_jsonl
 from fastweights.models.lm import CausalLM, LMConfig
 from fastweights.recipes.acl.config import ACLConfig
 from fastweights.recipes.lm.config import LMRecipeConfig
-from tests.recipes import test_lm
+from tests.recipes.lm import test_lm
 
 corpus = test_lm.corpus  # the generated text corpus fixture of the LM recipe tests
 

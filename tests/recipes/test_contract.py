@@ -109,11 +109,11 @@ def test_compare_vary_runs_the_acl_ablation(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_has_train_precision(name):
-    from fastweights.recipes.run import loop_settings
+    from fastweights.train.loop import LoopConfig
 
     module = get_recipe(name)
     cfg = load_config(module.CONFIG, preset_path(name, "smoke"), ["train.precision=bf16"])
-    assert cfg.train.precision == "bf16" and loop_settings(cfg.train).precision == "bf16"
+    assert isinstance(cfg.train, LoopConfig) and cfg.train.precision == "bf16"
     assert load_config(module.CONFIG, preset_path(name, "smoke")).train.precision == "fp32"
     with pytest.raises(ValueError, match="precision") as err:
         load_config(module.CONFIG, preset_path(name, "smoke"), ["train.precision=fp16"])

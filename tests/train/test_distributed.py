@@ -30,7 +30,7 @@ _STEP = textwrap.dedent(
     import torch
     import torch.nn.functional as F
     from fastweights.layers import SRWMLayer
-    from fastweights.train.loop import LoopSettings, fit
+    from fastweights.train.loop import LoopConfig, fit
 
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
@@ -58,7 +58,7 @@ _STEP = textwrap.dedent(
         return F.cross_entropy(model(x[rows]).reshape(-1, 5), y[rows].reshape(-1)), {}
 
     fit(out / "run", model=model, optimizer=opt, scheduler=sched, step_fn=step_fn,
-        validate_fn=lambda: {"v": float(rank)}, settings=LoopSettings(max_steps=1, val_every_steps=1),
+        validate_fn=lambda: {"v": float(rank)}, loop=LoopConfig(max_steps=1, val_every_steps=1),
         objective="v")
     torch.save(model.state_dict(), out / f"final-{rank}.pt")
     """

@@ -9,7 +9,7 @@ from torch import nn
 from fastweights.io import JsonlLogger
 from fastweights.train import checkpoint
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.loop import LoopSettings, fit
+from fastweights.train.loop import LoopConfig, fit
 from fastweights.train.run_folder import RunFolderError
 
 
@@ -28,7 +28,7 @@ def _run(tmp_path, name, accumulation_steps, batch):
 
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    settings = LoopSettings(max_steps=3, val_every_steps=3, accumulation_steps=accumulation_steps)
+    loop = LoopConfig(max_steps=3, val_every_steps=3, accumulation_steps=accumulation_steps)
     fit(
         tmp_path / name,
         model=model,
@@ -36,7 +36,7 @@ def _run(tmp_path, name, accumulation_steps, batch):
         scheduler=sched,
         step_fn=step_fn,
         validate_fn=lambda: {"obj": 0.0},
-        settings=settings,
+        loop=loop,
         objective="obj",
     )
     return model.weight.detach().clone(), calls["n"]
@@ -51,11 +51,21 @@ def test_accumulated_micro_batches_equal_one_full_batch(tmp_path):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("checkpoint_every_steps", 0), ("val_every_steps", 0), ("accumulation_steps", 0), ("grad_clip", -1.0)],
+    [
+        ("checkpoint_every_steps", 0),
+        ("val_every_steps", 0),
+        ("accumulation_steps", 0),
+        ("grad_clip", -1.0),
+        ("max_steps", -1),
+        ("max_minutes", float("nan")),
+        ("seed", -1),
+        ("threads", 1.5),
+        ("precision", "fp16"),
+    ],
 )
-def test_loop_settings_name_the_bad_train_key(field, value):
-    with pytest.raises(ValueError, match=f"train.{field}"):
-        LoopSettings(max_steps=1, **{field: value})
+def test_loop_config_names_the_bad_field(field, value):
+    with pytest.raises(ValueError, match=f"^{field}: expected"):
+        LoopConfig(**{"max_steps": 1, field: value})
 
 
 class _Crash(BaseException):
@@ -78,7 +88,7 @@ def _fit_objective(run_dir, *, resume=False, objectives=None, max_steps=6):
 
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    settings = LoopSettings(max_steps=max_steps, val_every_steps=2, checkpoint_every_steps=1000)
+    loop = LoopConfig(max_steps=max_steps, val_every_steps=2, checkpoint_every_steps=1000)
     fit(
         run_dir,
         model=model,
@@ -86,7 +96,7 @@ def _fit_objective(run_dir, *, resume=False, objectives=None, max_steps=6):
         scheduler=sched,
         step_fn=step_fn,
         validate_fn=lambda: {"obj": objectives[state["step"]]},
-        settings=settings,
+        loop=loop,
         objective="obj",
         resume=resume,
         extra_state={"gen": (gen.get_state, gen.set_state)},
@@ -205,7 +215,7 @@ def test_bf16_precision_autocasts_the_step_and_keeps_fp32_weights(tmp_path):
         scheduler=sched,
         step_fn=step_fn,
         validate_fn=lambda: {"obj": float(model(torch.ones(1, 4)).dtype == torch.float32)},
-        settings=LoopSettings(max_steps=2, val_every_steps=2, precision="bf16"),
+        loop=LoopConfig(max_steps=2, val_every_steps=2, precision="bf16"),
         objective="obj",
     )
     assert seen == [torch.bfloat16, torch.bfloat16]
@@ -214,6 +224,6 @@ def test_bf16_precision_autocasts_the_step_and_keeps_fp32_weights(tmp_path):
     assert record["obj"] == 1.0  # validation runs outside autocast
 
 
-def test_loop_settings_name_a_bad_precision():
-    with pytest.raises(ValueError, match=r"train.precision: expected one of \['fp32', 'bf16'\], got 'fp16'"):
-        LoopSettings(max_steps=1, precision="fp16")
+def test_loop_config_names_a_bad_precision():
+    with pytest.raises(ValueError, match=r"precision: expected one of \['fp32', 'bf16'\], got 'fp16'"):
+        LoopConfig(max_steps=1, precision="fp16")

@@ -1,18 +1,19 @@
-"""The run lifecycle every recipe shares: device choice, the training-loop settings, run-folder
-preparation (guard, lock, resume, ``--force``), the recorded command line, the ``train`` / ``evaluate``
-verbs built from a recipe's pieces, loading a trained run and the slim ``export`` copy."""
+"""The run lifecycle every recipe shares: device choice, run-folder preparation (guard, lock, resume,
+``--force``), the recorded command line, the training loop over a prepared run (:func:`fit_run`), the
+``train`` / ``evaluate`` verbs built from a recipe's pieces, loading a trained run and the slim
+``export`` copy."""
 
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 
 from fastweights.config import (
@@ -26,7 +27,7 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.recipes.reporting import save_evaluation
 from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager
-from fastweights.train.loop import LoopSettings, resume_fallback_hint
+from fastweights.train.loop import StateAccessors, fit, resume_fallback_hint
 from fastweights.train.run_folder import (
     RunFolderError,
     folder_contents,
@@ -41,7 +42,7 @@ from fastweights.train.run_folder import (
 __all__ = [
     "command_line",
     "export",
-    "loop_settings",
+    "fit_run",
     "load_run",
     "run_summary",
     "RecipeRun",
@@ -52,6 +53,7 @@ __all__ = [
     "prepare_run",
     "resolve_device",
     "RESUME_OVERRIDABLE",
+    "TRAINED_OUTPUTS",
 ]
 
 C = TypeVar("C")
@@ -77,21 +79,6 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def loop_settings(o: Any) -> LoopSettings:
-    """The loop settings of a recipe's ``train`` section (``tensorboard`` and ``accumulation_steps`` when
-    it has those fields)."""
-    return LoopSettings(
-        max_steps=o.max_steps,
-        max_minutes=o.max_minutes,
-        val_every_steps=o.val_every_steps,
-        checkpoint_every_steps=o.checkpoint_every_steps,
-        grad_clip=o.grad_clip,
-        tensorboard=getattr(o, "tensorboard", False),
-        accumulation_steps=getattr(o, "accumulation_steps", 1),
-        precision=o.precision,
-    )
-
-
 #: config keys a ``--resume key=value`` may change (``eval.*``: every key of the eval section)
 RESUME_OVERRIDABLE = (
     "train.max_steps",
@@ -106,12 +93,14 @@ RESUME_OVERRIDABLE = (
 )
 
 
-def _resume_overrides(cfg: C, overrides: list[str] | None, run_dir: Path) -> C:
+def _resume_overrides(
+    cfg: C, overrides: list[str] | None, run_dir: Path, overridable: tuple[str, ...] = RESUME_OVERRIDABLE
+) -> C:
     """``cfg`` (the run's saved config) with the ``--resume`` overrides applied.
 
     Raises:
-        ValueError: naming the keys outside :data:`RESUME_OVERRIDABLE` whose value would change (an
-            override equal to the saved value is accepted) and listing the keys that may change.
+        ValueError: naming the keys outside ``overridable`` whose value would change (an override equal
+            to the saved value is accepted) and listing the keys that may change.
     """
     if not overrides:
         return cfg
@@ -120,23 +109,53 @@ def _resume_overrides(cfg: C, overrides: list[str] | None, run_dir: Path) -> C:
     refused = []
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        allowed = key in RESUME_OVERRIDABLE or key.startswith("eval.")
+        allowed = key in overridable or ("eval.*" in overridable and key.startswith("eval."))
         if not allowed and apply_overrides(cfg, [item]) != cfg:
             refused.append(key)
     if refused:
         raise ValueError(
             f"overrides: {', '.join(refused)} cannot change when resuming {run_dir} (its config.yaml keeps "
             f"the values it was trained with); keys that may change on --resume: "
-            f"{', '.join(RESUME_OVERRIDABLE)}"
+            f"{', '.join(overridable)}"
         )
     return new
 
 
-def _start_over(run_dir: Path) -> None:
-    """``--force`` without ``--resume``: remove the previous run's checkpoints, log and results."""
-    ckpt = CheckpointManager(run_dir)
-    for path in (ckpt.path("latest"), ckpt.path("best"), run_dir / "metrics.jsonl", run_dir / "results.json"):
-        path.unlink(missing_ok=True)
+#: what ``--force`` (without ``--resume``) removes from a folder holding a trained run
+TRAINED_OUTPUTS = ("checkpoints/latest.pt", "checkpoints/best.pt", "metrics.jsonl", "results.json")
+
+
+def _start_over(run_dir: Path, outputs: tuple[str, ...]) -> None:
+    """``--force`` without ``--resume``: remove the previous run's ``outputs`` (files or folders)."""
+    for name in outputs:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _check_resumable(
+    run_dir: Path, ckpt: CheckpointManager, config_path: Path, has_log: bool, markers: list[str]
+) -> None:
+    """A trained run in ``run_dir`` can be resumed: ``latest.pt`` intact beside ``config.yaml``.
+
+    Raises:
+        RunFolderError: checkpoints without ``config.yaml``, a log or ``best.pt`` without ``latest.pt``,
+            or a damaged ``latest.pt``.
+    """
+    if ckpt.exists("latest") and not config_path.exists():
+        raise RunFolderError(f"run_dir: cannot --resume {run_dir}: it has checkpoints but no config.yaml")
+    if not ckpt.exists("latest") and (has_log or ckpt.exists("best") or not config_path.exists()):
+        found = [
+            n for n, ok in (("metrics.jsonl", has_log), ("checkpoints/best.pt", ckpt.exists("best"))) if ok
+        ] or markers
+        raise RunFolderError(
+            f"run_dir: cannot --resume {run_dir}: it has {', '.join(found)} but no "
+            "checkpoints/latest.pt to continue from; restarting would mix two runs (pass --force "
+            "without --resume to start over, or choose another folder)"
+        )
+    ckpt.verify("latest", fallback_hint=resume_fallback_hint(ckpt))  # before anything is written
 
 
 def prepare_run(
@@ -148,6 +167,9 @@ def prepare_run(
     check: Callable[[C], None] | None = None,
     overrides: list[str] | None = None,
     force: bool = False,
+    overridable: tuple[str, ...] = RESUME_OVERRIDABLE,
+    outputs: tuple[str, ...] = TRAINED_OUTPUTS,
+    checkpointed: bool = True,
 ) -> C:
     """Check ``run_dir`` and write its ``config.yaml`` and ``command.txt``; returns the config to train.
 
@@ -163,6 +185,11 @@ def prepare_run(
     Args:
         overrides: the command line's ``key=value`` items; only used when resuming (``cfg`` already
             contains them otherwise).
+        overridable: the keys a resume may change (``"eval.*"``: every key of the eval section).
+        outputs: what ``force`` removes (paths relative to ``run_dir``).
+        checkpointed: the run resumes from ``checkpoints/latest.pt`` (a training run); ``False`` for a
+            run that resumes from the results it cached (cl-baselines' cells), which needs only its
+            ``config.yaml``.
 
     Raises:
         FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set.
@@ -182,27 +209,20 @@ def prepare_run(
     has_log = log_path.exists() and log_path.stat().st_size > 0
     continuing = resume and bool(markers)  # --resume wins over --force
     if continuing:
-        if ckpt.exists("latest") and not config_path.exists():
-            raise RunFolderError(f"run_dir: cannot --resume {run_dir}: it has checkpoints but no config.yaml")
-        if not ckpt.exists("latest") and (has_log or ckpt.exists("best") or not config_path.exists()):
-            found = [
-                n
-                for n, ok in (("metrics.jsonl", has_log), ("checkpoints/best.pt", ckpt.exists("best")))
-                if ok
-            ] or markers
-            raise RunFolderError(
-                f"run_dir: cannot --resume {run_dir}: it has {', '.join(found)} but no "
-                "checkpoints/latest.pt to continue from; restarting would mix two runs (pass --force "
-                "without --resume to start over, or choose another folder)"
-            )
-        ckpt.verify("latest", fallback_hint=resume_fallback_hint(ckpt))  # before anything is written
-        cfg = _resume_overrides(_run_config(config_path, type(cfg)), overrides, run_dir)
+        if not checkpointed:
+            if not config_path.is_file():
+                raise RunFolderError(
+                    f"run_dir: cannot --resume {run_dir}: it has {', '.join(markers)} but no config.yaml"
+                )
+        else:
+            _check_resumable(run_dir, ckpt, config_path, has_log, markers)
+        cfg = _resume_overrides(_run_config(config_path, type(cfg)), overrides, run_dir, overridable)
     elif not force:
-        refuse_occupied(run_dir, markers, others, "train into it")
+        refuse_occupied(run_dir, markers, others, "train into it" if checkpointed else "write into it")
     if check is not None:
         check(cfg)
     if force and not continuing:
-        _start_over(run_dir)
+        _start_over(run_dir, outputs)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(config_path, config_to_yaml(cfg))
     if command:  # a resumed run keeps the commands that started it
@@ -298,22 +318,23 @@ def run_summary(
 @dataclass
 class RecipeRun:
     """What a recipe's ``train`` needs after :func:`start_run`: this rank's config, the device, the
-    two random streams the loop checkpoints (episode sampling and the synthetic stage) and the data
-    ``load_data`` returned.
+    data ``load_data`` returned and the recipe state the loop checkpoints.
 
     Under torchrun ``cfg`` is this rank's share (:func:`fastweights.train.distributed.rank_config`: the
     batch divided by the ranks, ``train.seed + rank``) and ``saved_cfg`` the config as ``config.yaml``
-    holds it (the global batch); in a single process both are the same object.
+    holds it (the global batch); in a single process both are the same object. ``state`` maps a name
+    to the ``(get, set)`` accessors of recipe state that every checkpoint saves and ``--resume``
+    restores (an episode sampler's random generator, an actor's environments); recipes register
+    theirs before :func:`fit_run`.
     """
 
     cfg: Any
     run_dir: Path
     device: torch.device
-    rng: np.random.Generator
-    synthetic: torch.Generator
     data: Any = None
     resume: bool = False
     saved_cfg: Any = None
+    state: StateAccessors = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.saved_cfg is None:
@@ -333,7 +354,7 @@ def start_run(
     """:func:`prepare_run` (``overrides`` and ``force`` as there), then threads, device and seeds from
     ``cfg.train``.
 
-    Before anything is written, the device and loop settings are checked and
+    Before anything is written, the device is checked and
     ``load_data(cfg, continuing)`` (the recipe's data: pools, corpus; ``continuing``: a checkpoint will
     be resumed) runs with the final config, so a missing or bad data folder leaves no run folder behind;
     its result is :attr:`RecipeRun.data`.
@@ -348,7 +369,6 @@ def start_run(
 
     def check_all(c: Any) -> None:
         resolve_device(c.device)
-        loop_settings(c.train)
         local = distributed.rank_config(c, w)
         if load_data is not None:
             loaded[0] = load_data(local, resume and CheckpointManager(run_dir).exists("latest"))
@@ -383,11 +403,49 @@ def start_run(
         local,
         run_dir,
         distributed.rank_device(resolve_device(cfg.device), w),
-        np.random.default_rng(t.seed),
-        torch.Generator().manual_seed(t.seed),
         loaded[0],
         resume,
         cfg,
+    )
+
+
+def fit_run(
+    run: RecipeRun,
+    model: torch.nn.Module,
+    step_fn: Callable[[int], tuple[torch.Tensor, dict[str, Any]]],
+    validate_fn: Callable[[], dict[str, float]],
+    *,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    objective: str,
+    minimize: bool = False,
+    description: str = "training",
+    postfix: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """:func:`fastweights.train.loop.fit` of a prepared run: the loop settings of ``run.cfg.train`` (a
+    :class:`~fastweights.train.loop.LoopConfig`), resume as ``start_run`` decided, ``run.state`` and
+    the saved config in every checkpoint, the best checkpoint maximising (or with ``minimize``
+    minimising) the validation record's ``objective``.
+
+    Returns:
+        ``{"step", "minutes", **last validation record}``.
+    """
+    return fit(
+        run.run_dir,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        step_fn=step_fn,
+        validate_fn=validate_fn,
+        loop=run.cfg.train,
+        objective=objective,
+        minimize=minimize,
+        resume=run.resume,
+        extra_state=run.state,
+        metadata={"config": asdict(run.saved_cfg)},
+        description=description,
+        postfix=postfix,
+        map_location=run.device,
     )
 
 

@@ -45,12 +45,13 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from fastweights.checks import check_choice, check_ints, check_real
 from fastweights.io import JsonlLogger
 from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from fastweights.train.run_folder import RunFolderError
 
-__all__ = ["LoopSettings", "fit", "numpy_rng_state", "resume_fallback_hint"]
+__all__ = ["LoopConfig", "fit", "numpy_rng_state", "resume_fallback_hint"]
 
 # what a checkpoint needs to be resumed (an `acl export` slim copy has only the model)
 _RESUME_KEYS = ("model", "optimizer", "scheduler", "step", "elapsed_seconds", "best", "rng", "extra")
@@ -63,34 +64,36 @@ StateAccessors = dict[str, tuple[Callable[[], Any], Callable[[Any], None]]]
 
 
 @dataclass
-class LoopSettings:
-    """When to stop, validate and checkpoint (``max_minutes`` = 0: no time budget).
+class LoopConfig:
+    """When to stop, validate and checkpoint; clipping, seed, threads and precision of the training step.
 
-    ``accumulation_steps`` batches (``step_fn`` calls) are averaged into one optimiser step. Field names
-    equal the recipes' ``train.*`` keys, which the errors name.
+    The ``train`` section of every recipe's config extends it (adding its optimiser fields and
+    changing defaults); :func:`fit` reads these fields. ``accumulation_steps`` batches (``step_fn``
+    calls) are averaged into one optimiser step.
 
     Raises:
-        ValueError: for a negative budget, a period or accumulation count below 1, or a negative clip.
+        ValueError: naming the field (the config loader adds ``train.``) for a negative budget, step
+            count, seed, thread count or clip, a period or accumulation count below 1, or an unknown
+            precision.
     """
 
-    max_steps: int
-    max_minutes: float = 0.0
+    max_steps: int = 1000  # optimiser steps
+    max_minutes: float = 0.0  # wall-clock budget incl. validation; 0 = none
     val_every_steps: int = 100
     checkpoint_every_steps: int = 100
     grad_clip: float = 0.0  # max gradient norm; 0 = off
+    seed: int = 1
+    threads: int = 0  # torch threads; 0 = torch default
+    precision: str = "fp32"  # fp32 | bf16: autocast of the training step (fp32 weights and fast-weight state)
     tensorboard: bool = False  # also write TensorBoard scalars to run_dir/tensorboard
-    accumulation_steps: int = 1
-    precision: str = "fp32"  # fp32 | bf16 (autocast of step_fn)
+    accumulation_steps: int = 1  # batches per optimiser step (gradients averaged)
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"train.precision: expected one of {list(PRECISIONS)}, got {self.precision!r}")
-        for name in ("val_every_steps", "checkpoint_every_steps", "accumulation_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name}: expected >= 1, got {getattr(self, name)}")
-        for name in ("max_steps", "max_minutes", "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"train.{name}: expected >= 0, got {getattr(self, name)}")
+        check_ints(self, ("val_every_steps", "checkpoint_every_steps", "accumulation_steps"))
+        check_ints(self, ("max_steps", "seed", "threads"), low=0)
+        check_real("max_minutes", self.max_minutes, 0)
+        check_real("grad_clip", self.grad_clip, 0)
+        check_choice("precision", self.precision, PRECISIONS)
 
 
 def resume_fallback_hint(ckpt: CheckpointManager) -> Callable[[str, Path], str]:
@@ -111,7 +114,7 @@ def fit(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     step_fn: StepFn,
     validate_fn: Callable[[], dict[str, float]],
-    settings: LoopSettings,
+    loop: LoopConfig,
     objective: str,
     minimize: bool = False,
     resume: bool = False,
@@ -129,6 +132,8 @@ def fit(
             the keys named in ``postfix`` into the progress bar.
         validate_fn: returns the validation scalars; must contain ``objective`` (higher is better, or
             lower with ``minimize=True``).
+        loop: the stopping, validation, checkpoint, clipping, precision and accumulation settings (a
+            recipe's ``train`` section; its other fields are not read here).
         extra_state: ``{name: (get, set)}`` recipe state saved in checkpoints and restored on resume
             (e.g. an episode sampler's random generator).
         metadata: saved as is in every checkpoint (e.g. the config as a dict).
@@ -144,7 +149,7 @@ def fit(
             checkpoint cannot be written (full disk, read-only folder; the previous one stays intact).
         ValueError: if ``metrics.jsonl`` is shorter than the checkpoint recorded.
     """
-    s = settings
+    s = loop
     device = next(iter(model.parameters()), torch.empty(0)).device
     w = distributed.setup(device)
     ckpt = CheckpointManager(Path(run_dir))

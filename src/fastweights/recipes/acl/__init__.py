@@ -50,7 +50,7 @@ from fastweights.recipes.acl.frozen import (
 )
 from fastweights.recipes.acl.paper_tables import forgetting_rows
 from fastweights.recipes.acl.report import write_report
-from fastweights.recipes.classifier import fit_run
+from fastweights.recipes.classifier import fit_classifier, sampling_streams
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
 from fastweights.recipes.reporting import pm
@@ -174,7 +174,8 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
     (model, optimiser, schedule, step, elapsed time and every random state); Ctrl-C saves it first.
     """
-    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
+    cfg, device = run.cfg, run.device
+    rng, synth_gen = sampling_streams(run)
     domains, init = run.data
     t = cfg.train
     train_samplers = [EpisodeSampler(p["train"], rotations=cfg.data.rotations) for p in domains]
@@ -207,7 +208,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         )
         return loss, {"n_way": n_way, "k_shot": k_shot, **{f"train_{i}|{j}": a for (i, j), a in accs.items()}}
 
-    return fit_run(
+    return fit_classifier(
         run,
         model,
         step_fn,

@@ -29,11 +29,9 @@ import json
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +42,11 @@ from fastweights.cl.baselines import STRATEGIES, Strategy
 from fastweights.cl.baselines.learners import build_learner
 from fastweights.cl.baselines.trainer import TrainSettings, fit_stream
 from fastweights.cl.metrics import average_accuracy, matrix_to_json, summarize_runs
-from fastweights.config import apply_overrides, config_to_yaml, load_run_config
-from fastweights.io import atomic_write_json, atomic_write_text
+from fastweights.io import atomic_write_json
 from fastweights.recipes.cl_baselines.config import BaselinesConfig, method_optimizer, method_strategy
 from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES, Streams, load_benchmark, n_outputs
-from fastweights.train.run_folder import (
-    RunFolderError,
-    folder_contents,
-    refuse_occupied,
-    remove_stale_temporaries,
-    run_lock,
-)
+from fastweights.recipes.run import prepare_run
+from fastweights.train.run_folder import run_lock
 
 __all__ = ["run", "grid_points", "run_seed", "make_strategy", "fit_runs", "cell_path", "RESUME_OVERRIDABLE"]
 
@@ -213,62 +205,6 @@ def _method_cell(
     }
 
 
-def _prepare(
-    cfg: BaselinesConfig,
-    run_dir: Path,
-    *,
-    resume: bool,
-    force: bool,
-    command: str | None,
-    overrides: list[str],
-    check: Callable[[BaselinesConfig], None],
-) -> BaselinesConfig:
-    """Check the run folder (holding its lock), run ``check(cfg)`` (data and grids) before anything is
-    written, then write ``config.yaml`` / ``command.txt``."""
-    remove_stale_temporaries(run_dir)
-    for tmp in (run_dir / "cells").glob("**/.*.tmp"):  # cells of a killed run's atomic writes
-        tmp.unlink(missing_ok=True)
-    markers, others = folder_contents(run_dir)
-    config_path = run_dir / "config.yaml"
-    continuing = resume and bool(markers)
-    if continuing:
-        if not config_path.is_file():
-            raise RunFolderError(
-                f"run_dir: cannot --resume {run_dir}: it has {', '.join(markers)} but no config.yaml"
-            )
-        saved = load_run_config(BaselinesConfig, config_path)
-        changed = [  # repeating the run's own values is fine
-            o.split("=", 1)[0]
-            for o in overrides
-            if o.split("=", 1)[0] not in RESUME_OVERRIDABLE
-            and _plain(apply_overrides(saved, [o])) != _plain(saved)
-        ]
-        if changed:
-            raise ValueError(
-                f"overrides: --resume may change only {list(RESUME_OVERRIDABLE)} (the numbers of a run "
-                f"come from its config.yaml), given {changed}"
-            )
-        saved.threads, saved.workers = cfg.threads, cfg.workers
-        cfg = saved
-    elif not force:
-        refuse_occupied(run_dir, markers, others, "write into it")
-    check(cfg)
-    if force and not continuing:
-        for name in _OUTPUTS:
-            path = run_dir / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(config_path, config_to_yaml(cfg))
-    if command:
-        path = run_dir / "command.txt"
-        previous = path.read_text() if continuing and path.exists() else ""
-        atomic_write_text(path, previous + command + "\n")
-    return cfg
-
-
 def _check_data(cfg: BaselinesConfig) -> dict[str, Streams]:
     """Every benchmark loaded (and its validation copy carved) before anything is trained."""
     out = {}
@@ -421,14 +357,19 @@ def run(
     run_dir = Path(run_dir)
     with run_lock(run_dir):
         loaded: dict[str, dict[str, Streams]] = {}
-        cfg = _prepare(
+        for tmp in (run_dir / "cells").glob("**/.*.tmp"):  # cells of a killed run's atomic writes
+            tmp.unlink(missing_ok=True)
+        cfg = prepare_run(
             cfg,
             run_dir,
             resume=resume,
             force=force,
             command=command,
-            overrides=overrides or [],
+            overrides=overrides,
             check=lambda c: loaded.update(streams=_check_data(c)),
+            overridable=RESUME_OVERRIDABLE,
+            outputs=_OUTPUTS,
+            checkpointed=False,
         )
         try:
             if cfg.workers == 1:

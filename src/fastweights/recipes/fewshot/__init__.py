@@ -23,7 +23,7 @@ from fastweights.data.registry import load_pools_for
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.classifier import fit_run
+from fastweights.recipes.classifier import fit_classifier, sampling_streams
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot.config import FewShotConfig
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
@@ -55,7 +55,8 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     Stops at ``train.max_steps`` or ``train.max_minutes``; the best checkpoint maximises the
     meta-validation accuracy. See :func:`fastweights.train.loop.fit` for resume and interruption.
     """
-    cfg, device, rng, synth_gen, pools = run.cfg, run.device, run.rng, run.synthetic, run.data
+    cfg, device, pools = run.cfg, run.device, run.data
+    rng, synth_gen = sampling_streams(run)
     t = cfg.train
     train_sampler = EpisodeSampler(pools["train"], rotations=cfg.data.rotations)
     val_sampler = EpisodeSampler(pools["val"])
@@ -84,7 +85,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         )
         return {"val_acc": res["accuracy"]}
 
-    return fit_run(
+    return fit_classifier(
         run,
         model,
         step_fn,

@@ -10,7 +10,6 @@ byte by token position: does the loss keep falling later in the context?); ``gen
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,7 @@ from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.lm.config import LMRecipeConfig
 from fastweights.recipes.reporting import md_table, run_header
-from fastweights.recipes.run import RecipeRun, evaluate_verb, load_trained, loop_settings, train_verb
-from fastweights.train.loop import fit
+from fastweights.recipes.run import RecipeRun, evaluate_verb, fit_run, load_trained, train_verb
 from fastweights.train.run_folder import output_folder
 from fastweights.train.schedules import warmup_cosine
 
@@ -110,6 +108,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     model = build_model(cfg).to(device)
     val = eval_windows(splits["valid"], t.seq_len, t.val_windows)
     gen = torch.Generator().manual_seed(t.seed)
+    run.state["batch_rng"] = (gen.get_state, gen.set_state)
 
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
         w = sample_windows(splits["train"], t.seq_len, t.batch_size, gen).to(device)
@@ -130,22 +129,17 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         total_steps=t.max_steps,
         min_ratio=t.min_lr / t.lr,
     )
-    return fit(
-        run.run_dir,
-        model=model,
+    return fit_run(
+        run,
+        model,
+        step_fn,
+        validate,
         optimizer=opt,
         scheduler=torch.optim.lr_scheduler.LambdaLR(opt, mult),
-        step_fn=step_fn,
-        validate_fn=validate,
-        settings=loop_settings(t),
         objective="val_bpb",
         minimize=True,
-        resume=run.resume,
-        extra_state={"batch_rng": (gen.get_state, gen.set_state)},
-        metadata={"config": asdict(run.saved_cfg)},
         description=f"lm {cfg.model.sequence_layer}",
         postfix=("train_bpb",),
-        map_location=device,
     )
 
 

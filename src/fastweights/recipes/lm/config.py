@@ -7,7 +7,6 @@ from typing import ClassVar
 
 from fastweights.checks import (
     check_betas,
-    check_choice,
     check_choices,
     check_device,
     check_int,
@@ -16,7 +15,7 @@ from fastweights.checks import (
 )
 from fastweights.data.sources.text import VOCAB_SIZE
 from fastweights.models.lm import LMConfig
-from fastweights.train.loop import PRECISIONS
+from fastweights.train.loop import LoopConfig
 
 __all__ = ["LMRecipeConfig", "LMDataConfig", "LMTrainConfig", "LMEvalConfig"]
 
@@ -46,51 +45,32 @@ class LMDataConfig:
 
 
 @dataclass
-class LMTrainConfig:
+class LMTrainConfig(LoopConfig):
     """AdamW + linear warm-up + cosine decay, gradient clipping (the TTT paper's recipe, §3, as in
     the ttt-lm-jax scripts: betas (0.9, 0.95), weight decay 0.1 on all parameters, clip 1.0, warm-up 10%
-    of the steps, cosine to ``min_lr``)."""
+    of the steps, cosine to ``min_lr``); the loop fields of :class:`~fastweights.train.loop.LoopConfig`
+    with clipping at 1.0 and TensorBoard on. ``max_steps`` counts optimiser steps: tokens =
+    ``max_steps * batch_size * accumulation_steps * seq_len``."""
 
+    grad_clip: float = 1.0
+    tensorboard: bool = True
     batch_size: int = 16  # windows per forward pass (micro-batch)
-    accumulation_steps: int = 1  # micro-batches per optimiser step (gradients averaged)
     seq_len: int = 256
     lr: float = 3e-3
     min_lr: float = 1e-5
     warmup_fraction: float = 0.1
     weight_decay: float = 0.1
     adam_betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    max_steps: int = 1000  # optimiser steps; tokens = max_steps * batch_size * accumulation_steps * seq_len
-    max_minutes: float = 0.0  # wall-clock safety cap; 0 = none
-    val_every_steps: int = 100
     val_windows: int = 32  # validation windows of seq_len + 1 bytes
-    checkpoint_every_steps: int = 100
-    seed: int = 1
-    threads: int = 0  # 0 = torch default
-    tensorboard: bool = True
-    precision: str = "fp32"  # fp32 | bf16: autocast of the training step (fp32 weights and fast-weight state)
 
     def __post_init__(self) -> None:
-        check_ints(
-            self,
-            (
-                "batch_size",
-                "accumulation_steps",
-                "seq_len",
-                "val_every_steps",
-                "val_windows",
-                "checkpoint_every_steps",
-            ),
-        )
-        check_ints(self, ("max_steps", "seed", "threads"), low=0)
+        super().__post_init__()
+        check_ints(self, ("batch_size", "seq_len", "val_windows"))
         check_real("lr", self.lr, 0, low_open=True)
         check_real("min_lr", self.min_lr, 0, self.lr)
         check_real("warmup_fraction", self.warmup_fraction, 0, 1, high_open=True)
         check_real("weight_decay", self.weight_decay, 0)
         check_betas("adam_betas", self.adam_betas)
-        check_choice("precision", self.precision, PRECISIONS)
-        check_real("grad_clip", self.grad_clip, 0)
-        check_real("max_minutes", self.max_minutes, 0)
 
 
 SPLITS = ("train", "valid", "test")  # the corpus cuts (data.sources.text.split_corpus)

@@ -29,7 +29,7 @@ from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
     export,  # noqa: F401 (the contract's slim run copy, shared by every recipe)
-    loop_settings,
+    fit_run,
     train_verb,
 )
 from fastweights.rl.agent import Agent
@@ -43,7 +43,6 @@ from fastweights.rl.procgen import (
     ProcgenVecEnv,
 )
 from fastweights.rl.rollout import Actor, evaluate_greedy, evaluate_random, learner_loss
-from fastweights.train.loop import fit
 
 __all__ = [*RECIPE_MEMBERS, "MODELS", "NORMALISATION", "SUITE_SPECS", "normalised_score", "make_env"]
 
@@ -127,7 +126,7 @@ def build_model(cfg: RLConfig) -> Agent:
 
 
 def _frames(cfg: RLConfig, step: int) -> int:
-    return step * cfg.train.unroll * cfg.env.num_envs
+    return step * cfg.train.accumulation_steps * cfg.train.unroll * cfg.env.num_envs
 
 
 def _level_scores(
@@ -176,6 +175,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     agent = build_model(cfg).to(device)
     env = run.data  # the training environments (built before the run folder was written)
     actor = Actor(agent, env, reward_clip=t.reward_clip, seed=t.seed)
+    run.state["actor"] = (actor.state_dict, actor.load_state_dict)
     optimizer = torch.optim.RMSprop(agent.parameters(), lr=t.lr, alpha=t.rmsprop_alpha, eps=t.rmsprop_eps)
     total = max(t.max_steps, 1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / total))
@@ -213,21 +213,16 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         return record
 
     try:
-        return fit(
-            run.run_dir,
-            model=agent,
+        return fit_run(
+            run,
+            agent,
+            step_fn,
+            validate,
             optimizer=optimizer,
             scheduler=scheduler,
-            step_fn=step_fn,
-            validate_fn=validate,
-            settings=loop_settings(t),
             objective="val_score",
-            resume=run.resume,
-            extra_state={"actor": (actor.state_dict, actor.load_state_dict)},
-            metadata={"config": asdict(run.saved_cfg)},
             description=f"rl {cfg.model.core} on {len(cfg.env.games)} games",
             postfix=("frames",),
-            map_location=run.device,
         )
     finally:
         env.close()

@@ -11,7 +11,7 @@ from fastweights.rl.encoders import ENCODERS
 from fastweights.rl.envs import LevelSet
 from fastweights.rl.procgen import DISTRIBUTION_MODES, PROCGEN_GAMES
 from fastweights.rl.rollout import REWARD_CLIPS
-from fastweights.train.loop import PRECISIONS
+from fastweights.train.loop import LoopConfig
 
 __all__ = [
     "SUITES",
@@ -104,37 +104,31 @@ class RLModelConfig:
 
 
 @dataclass
-class RLTrainConfig:
-    """V-trace learner (IMPALA; the SRWM paper's ProcGen settings as defaults)."""
+class RLTrainConfig(LoopConfig):
+    """V-trace learner (IMPALA; the SRWM paper's ProcGen settings as defaults); the loop fields of
+    :class:`~fastweights.train.loop.LoopConfig` with clipping at 40 and a checkpoint every 50 updates.
+    ``max_steps`` counts learner updates: frames = ``max_steps * accumulation_steps * unroll * num_envs``."""
 
-    unroll: int = 50  # steps per environment per update (truncated BPTT length)
-    max_steps: int = 1000  # learner updates; frames = max_steps · unroll · num_envs
-    max_minutes: float = 0.0
+    grad_clip: float = 40.0
+    checkpoint_every_steps: int = 50
+    unroll: int = 50  # steps per environment per unroll (truncated BPTT length)
     lr: float = 6e-4  # RMSProp, linearly decayed to 0 over max_steps
     rmsprop_alpha: float = 0.99
     rmsprop_eps: float = 0.01
     discount: float = 0.99
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
-    grad_clip: float = 40.0
     reward_clip: str = "sign"
-    val_every_steps: int = 100
     val_episodes: int = 1  # greedy episodes per evaluation environment at each validation
-    checkpoint_every_steps: int = 50
-    tensorboard: bool = False
-    seed: int = 1
-    threads: int = 0
-    precision: str = "fp32"  # fp32 | bf16: autocast of the training step (fp32 weights and fast-weight state)
 
     def __post_init__(self) -> None:
-        check_choice("precision", self.precision, PRECISIONS)
-        check_ints(self, ("unroll", "val_every_steps", "val_episodes", "checkpoint_every_steps"))
-        check_ints(self, ("max_steps", "seed", "threads"), low=0)
+        super().__post_init__()
+        check_ints(self, ("unroll", "val_episodes"))
         check_real("lr", self.lr, 0)
         check_real("rmsprop_alpha", self.rmsprop_alpha, 0, 1)
         check_real("rmsprop_eps", self.rmsprop_eps, 0, low_open=True)
         check_real("discount", self.discount, 0, 1)
-        for name in ("baseline_cost", "entropy_cost", "grad_clip", "max_minutes"):
+        for name in ("baseline_cost", "entropy_cost"):
             check_real(name, getattr(self, name), 0)
         check_choice("reward_clip", self.reward_clip, REWARD_CLIPS)
 

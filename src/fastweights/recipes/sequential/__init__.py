@@ -29,7 +29,7 @@ from fastweights.data.registry import load_pools_for
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.classifier import fit_run
+from fastweights.recipes.classifier import fit_classifier, sampling_streams
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.reporting import run_header
 from fastweights.recipes.run import (
@@ -58,7 +58,8 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     """Meta-train ``cfg`` into ``run_dir``; the best checkpoint maximises the overall validation
     accuracy of untrimmed A→B streams. Resume/interruption as in :func:`fastweights.train.loop.fit`.
     """
-    cfg, device, rng, synth_gen = run.cfg, run.device, run.rng, run.synthetic
+    cfg, device = run.cfg, run.device
+    rng, synth_gen = sampling_streams(run)
     t = cfg.train
     model = build_model(cfg).to(device)
     domains = list(zip(_domains(cfg), run.data, strict=True))
@@ -92,7 +93,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         )
         return {"val_acc": res["accuracy"], "val_task1": res["per_task"][0], "val_task2": res["per_task"][1]}
 
-    return fit_run(
+    return fit_classifier(
         run,
         model,
         step_fn,
