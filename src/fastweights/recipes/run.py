@@ -262,29 +262,43 @@ def load_run(
 
 
 def _run_config(path: Path, config_cls: type) -> Any:
-    """The run folder's config; when it does not load as ``config_cls`` but as another registered
-    recipe's config, the error says which recipe wrote the run.
+    """The run folder's config; when it does not load as ``config_cls`` and the folder's ``command.txt``
+    says another recipe started it, the error names that recipe.
 
     Raises:
         ValueError: one line naming ``path``.
     """
-    from fastweights.recipes.contract import RECIPES, get_recipe
-
     try:
         return load_run_config(config_cls, path)
-    except ValueError as err:
-        for name in RECIPES:
-            other = get_recipe(name)
-            if other.CONFIG is config_cls:
-                continue
-            try:
-                load_run_config(other.CONFIG, path)
-            except ValueError:
-                continue
-            raise ValueError(
-                f"config: {path} holds a `{name}` run, not one of this recipe; use `fastweights {name} …`"
-            ) from None
-        raise err
+    except ValueError:
+        other = recorded_recipe(path.parent)
+        if other is None or other.replace("-", "_") == _recipe_package(config_cls):
+            raise
+        raise ValueError(
+            f"config: {path} holds a `{other}` run, not one of this recipe; use `fastweights {other} …`"
+        ) from None
+
+
+def recorded_recipe(run_dir: Path) -> str | None:
+    """The recipe that started the run in ``run_dir``, read from the first command in its ``command.txt``
+    (``fastweights <recipe> <verb> …`` or ``fastweights compare <recipe> …``, written by
+    :func:`prepare_run`); ``None`` when there is none or it names no recipe."""
+    from fastweights.recipes.contract import RECIPES
+
+    try:
+        words = (Path(run_dir) / "command.txt").read_text().splitlines()[0].split()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+    if words[:1] != ["fastweights"]:
+        return None
+    words = words[2:] if words[1:2] == ["compare"] else words[1:]
+    return words[0] if words and words[0] in (*RECIPES, "cl-baselines") else None
+
+
+def _recipe_package(config_cls: type) -> str | None:
+    """``"acl"`` for a config class defined in ``fastweights.recipes.acl.config``; ``None`` outside."""
+    parts = config_cls.__module__.split(".")
+    return parts[2] if parts[:2] == ["fastweights", "recipes"] and len(parts) > 2 else None
 
 
 def run_summary(

@@ -1,6 +1,6 @@
 """``fastweights cl-baselines run``: classic continual-learning baselines on the split streams of the ACL
-evaluation (issue "Classic continual-learning baselines in the same harness"; the ACL paper's comparison,
-Irie et al. 2025, Table 3, whose baseline rows come from Hsu et al. 2018).
+evaluation, in the same harness (the ACL paper's comparison, Irie et al. 2025, Table 3, whose baseline
+rows come from Hsu et al. 2018).
 
 For every benchmark × scenario variant × budget × method (one *cell*):
 
@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -256,46 +257,72 @@ def _streams_key(cfg: BaselinesConfig, bench: str) -> tuple[str, str, float]:
     return bench, repr(cfg.data), cfg.search.val_fraction
 
 
-def _settings_job(
-    cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str, opt: str
-) -> dict[str, Any]:
-    """The training-settings cell of one benchmark × variant × budget for optimizer ``opt``."""
-    log.info("%s/%s/%s: training settings for %s", BENCHMARK_NAMES[bench], variant, budget, opt)
+@dataclass(frozen=True)
+class CellJob:
+    """One cell to compute, sent to a worker process: a benchmark × variant × budget and either an
+    optimizer (a training-settings cell, ``settings=None``) or a method with the training settings
+    found for its optimizer."""
+
+    run_dir: Path
+    benchmark: str
+    variant: str
+    budget: str
+    name: str  # the optimizer of a settings cell, the method of a method cell
+    settings: tuple[tuple[str, Any], ...] | None = None  # a method cell's ``TrainSettings`` fields
+
+    @property
+    def stream(self) -> tuple[str, str, str]:
+        """``(benchmark, variant, budget)``."""
+        return self.benchmark, self.variant, self.budget
+
+    @property
+    def label(self) -> str:
+        """``"<benchmark name>/<variant>/<budget>"``: the key of the cell in ``results.json``."""
+        return f"{BENCHMARK_NAMES[self.benchmark]}/{self.variant}/{self.budget}"
+
+    def longest_first(self) -> tuple[bool, bool, bool]:
+        """Sort key: full budget, the large benchmarks and 5-task streams first."""
+        return self.budget != "full", self.benchmark == "digits", self.variant == "class-2task"
+
+
+def _settings_job(cfg: BaselinesConfig, job: CellJob) -> dict[str, Any]:
+    """The training-settings cell of one benchmark × variant × budget for optimizer ``job.name``."""
+    log.info("%s: training settings for %s", job.label, job.name)
     return _cached(
-        cell_path(run_dir, bench, variant, budget, f"_settings-{opt}"),
-        functools.partial(_settings_cell, cfg, _streams(cfg, bench), variant, budget, opt),
-    )
-
-
-def _method_job(
-    cfg: BaselinesConfig, run_dir: Path, bench: str, variant: str, budget: str, method: str, settings: dict
-) -> dict[str, Any]:
-    """One method's cell (its hyper-parameter search and test runs)."""
-    cell = _cached(
-        cell_path(run_dir, bench, variant, budget, method),
+        cell_path(job.run_dir, job.benchmark, job.variant, job.budget, f"_settings-{job.name}"),
         functools.partial(
-            _method_cell, cfg, _streams(cfg, bench), variant, budget, method, TrainSettings(**settings)
+            _settings_cell, cfg, _streams(cfg, job.benchmark), job.variant, job.budget, job.name
         ),
     )
-    key = f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}"
-    log.info("%s: %s ACC %.1f", key, method, 100 * cell["test"]["ACC"]["mean"])
+
+
+def _method_job(cfg: BaselinesConfig, job: CellJob) -> dict[str, Any]:
+    """One method's cell (its hyper-parameter search and test runs)."""
+    assert job.settings is not None, "a method cell needs its training settings"
+    cell = _cached(
+        cell_path(job.run_dir, job.benchmark, job.variant, job.budget, job.name),
+        functools.partial(
+            _method_cell,
+            cfg,
+            _streams(cfg, job.benchmark),
+            job.variant,
+            job.budget,
+            job.name,
+            TrainSettings(**dict(job.settings)),
+        ),
+    )
+    log.info("%s: %s ACC %.1f", job.label, job.name, 100 * cell["test"]["ACC"]["mean"])
     return cell
 
 
-def _longest_first(job: tuple[Any, ...]) -> tuple[bool, bool, bool]:
-    """Sort key of a job ``(run_dir, benchmark, variant, budget, …)``: full budget, the large benchmarks
-    and 5-task streams first."""
-    return job[3] != "full", job[1] == "digits", job[2] == "class-2task"
-
-
-def _map(cfg: BaselinesConfig, fn: Any, jobs: list[tuple[Any, ...]], pool: Any) -> list[Any]:
-    """``fn(cfg, *job)`` for every job, in ``pool`` (longest first) or in this process (``pool=None``);
+def _map(cfg: BaselinesConfig, fn: Any, jobs: list[CellJob], pool: Any) -> list[Any]:
+    """``fn(cfg, job)`` for every job, in ``pool`` (longest first) or in this process (``pool=None``);
     results in the order of ``jobs``."""
     if pool is None:
-        return [fn(cfg, *job) for job in jobs]
+        return [fn(cfg, job) for job in jobs]
     futures = {
-        i: pool.submit(fn, cfg, *jobs[i])
-        for i in sorted(range(len(jobs)), key=lambda i: _longest_first(jobs[i]))
+        i: pool.submit(fn, cfg, jobs[i])
+        for i in sorted(range(len(jobs)), key=lambda i: jobs[i].longest_first())
     }
     return [futures[i].result() for i in range(len(jobs))]
 
@@ -304,19 +331,21 @@ def _measure(cfg: BaselinesConfig, run_dir: Path, pool: Any) -> dict[str, Any]:
     """Every cell, as ``{"<benchmark>/<variant>/<budget>": {method: cell}}``: first the training settings
     of every benchmark × variant × budget × optimizer, then every method's cell with them (each phase
     spread over ``pool``'s workers when there is a pool)."""
-    keys = [(b, v, g) for b in cfg.data.benchmarks for v in cfg.scenarios for g in cfg.budgets]
+    streams = [(b, v, g) for b in cfg.data.benchmarks for v in cfg.scenarios for g in cfg.budgets]
     optimizers = sorted({method_optimizer(m, cfg.train.optimizer) for m in cfg.methods})
-    setting_jobs = [(run_dir, *k, opt) for k in keys for opt in optimizers]
-    found = dict(zip(setting_jobs, _map(cfg, _settings_job, setting_jobs, pool), strict=True))
+    setting_jobs = [CellJob(run_dir, *s, opt) for s in streams for opt in optimizers]
+    found = {
+        (*job.stream, job.name): cell["best"]
+        for job, cell in zip(setting_jobs, _map(cfg, _settings_job, setting_jobs, pool), strict=True)
+    }
     method_jobs = [
-        (run_dir, *k, m, found[(run_dir, *k, method_optimizer(m, cfg.train.optimizer))]["best"])
-        for k in keys
+        CellJob(run_dir, *s, m, tuple(found[(*s, method_optimizer(m, cfg.train.optimizer))].items()))
+        for s in streams
         for m in cfg.methods
     ]
     out: dict[str, Any] = {}
     for job, cell in zip(method_jobs, _map(cfg, _method_job, method_jobs, pool), strict=True):
-        _, bench, variant, budget, method, _ = job
-        out.setdefault(f"{BENCHMARK_NAMES[bench]}/{variant}/{budget}", {})[method] = cell
+        out.setdefault(job.label, {})[job.name] = cell
     return out
 
 
