@@ -153,6 +153,23 @@ def test_a_killed_builds_lock_is_removed(caplog):
     assert "stale build lock" in caplog.text
 
 
+def test_an_install_at_another_path_reuses_the_build(tmp_path, monkeypatch):
+    # a wheel or a second checkout has the same source at another path: the build file names the copy in
+    # the build folder, so ninja finds everything up to date (no ~30 s rebuild, no rebuild back after)
+    folder = srwm_cpu._build_directory(srwm_cpu._build_name())
+    srwm_cpu._build()
+    ninja, so = folder / "build.ninja", next(folder.glob("*.so"))
+    before = (ninja.read_text(), so.stat().st_mtime_ns)
+    elsewhere = tmp_path / "site-packages" / "fastweights" / "ops" / "csrc" / "srwm_cpu.cpp"
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_bytes(srwm_cpu._SOURCE.read_bytes())
+    monkeypatch.setattr(srwm_cpu, "_SOURCE", elsewhere)
+    assert srwm_cpu._build_directory(srwm_cpu._build_name()) == folder
+    assert hasattr(srwm_cpu._build(), "srwm_forward")
+    assert (ninja.read_text(), so.stat().st_mtime_ns) == before
+    assert str(tmp_path) not in ninja.read_text()
+
+
 def test_a_failed_build_falls_back_to_the_fast_path_with_one_log_line(monkeypatch, caplog):
     from fastweights.ops import srwm
 

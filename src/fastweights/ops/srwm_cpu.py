@@ -10,10 +10,11 @@ for the equations), with or without the read-only stream; float32 uses a vectori
 Built on first use with ``torch.utils.cpp_extension.load`` (a C++ compiler and ninja are needed;
 ~30 s once) into ``$TORCH_EXTENSIONS_DIR/<name>`` or ``~/.cache/fastweights/extensions/<name>``, the
 name hashed from the CPU model and its ISA flags (``-march=native``), the compiler flags and the
-source. When it cannot be built, one line is logged and the fast path is used. Builds are serialised
-by an OS file lock (``filelock``), which the kernel releases when a process dies; holding it, a build
-removes the baton file that torch's own builder leaves behind when a process is killed mid-build
-(torch would wait for it forever).
+source; it is compiled from a copy of the source in that folder, so every install of the package at
+another path (a wheel, a checkout, a second virtualenv) shares one build. When it cannot be built, one
+line is logged and the fast path is used. Builds are serialised by an OS file lock (``filelock``),
+which the kernel releases when a process dies; holding it, a build removes the baton file that torch's
+own builder leaves behind when a process is killed mid-build (torch would wait for it forever).
 
 Measured (benchmarks/layers.py, B=8 H=8 E=32 T=1024, fp32, fwd+bwd, 2 threads; docs/results.md).
 """
@@ -70,6 +71,18 @@ def _build_directory(name: str) -> Path:
     return path
 
 
+def _source_copy(folder: Path) -> Path:
+    """The kernel source, copied into the build folder (the folder's name hashes its content): the build
+    file names this copy, so installs of the package at other paths (a wheel, an editable checkout, a
+    second virtualenv) find the same build up to date instead of rebuilding it for their source path."""
+    copy = folder / _SOURCE.name
+    if not copy.is_file() or copy.read_bytes() != _SOURCE.read_bytes():
+        tmp = folder / f".{_SOURCE.name}.{os.getpid()}.tmp"
+        tmp.write_bytes(_SOURCE.read_bytes())
+        os.replace(tmp, copy)
+    return copy
+
+
 def _build() -> Any:
     from filelock import FileLock
     from torch.utils.cpp_extension import load
@@ -85,7 +98,7 @@ def _build() -> Any:
             log.info("building the fused CPU SRWM kernel in %s (first use, ~30 s)", folder)
         return load(
             name=name,
-            sources=[str(_SOURCE)],
+            sources=[str(_source_copy(folder))],
             extra_cflags=_FLAGS,
             extra_ldflags=["-fopenmp"],
             build_directory=str(folder),
