@@ -19,7 +19,8 @@ import time
 import torch
 from _memory import peak_rss_bytes
 
-from fastweights.cl.objective import TaskTensors, acl_loss
+from fastweights.cl.objective import acl_loss
+from fastweights.cl.tasks import TaskTensors
 from fastweights.layers.srwm import SRWMLayer
 from fastweights.models.backbones import Conv4
 from fastweights.models.in_context import InContextClassifier

@@ -1,6 +1,6 @@
 """Plateau diagnostic: train only the sequence part of the ACL model on synthetic feature-space tasks
 (ideal image features: a random prototype per class plus noise; see
-``fastweights.cl.objective.synthetic_feature_tasks``) and print held-out accuracy every 50 steps.
+``fastweights.cl.tasks.synthetic_feature_tasks``) and print held-out accuracy every 50 steps.
 
 It answers "which lever shortens the in-context-learning plateau?" without the vision cost
 (~0.1 s/step on 2 cores). Each variant is a comma-separated list of key=value settings:
@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from fastweights.cl.objective import acl_loss, synthetic_feature_tasks
+from fastweights.cl.objective import acl_loss
+from fastweights.cl.tasks import synthetic_feature_tasks
 from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
 

@@ -42,7 +42,7 @@ def measure(cfg: RLConfig, core: str, repeats: int) -> dict[str, float]:
     cfg.model.core = core
     torch.manual_seed(0)
     agent = rl.build_model(cfg)
-    env = rl.make_env(cfg, cfg.env.train_levels, seed=0)
+    env = rl.env_of(cfg, cfg.env.train_levels, seed=0)
     t = cfg.train
     try:
         actor = Actor(agent, env, reward_clip=t.reward_clip, seed=0)
@@ -67,7 +67,7 @@ def measure(cfg: RLConfig, core: str, repeats: int) -> dict[str, float]:
 
 def env_only(cfg: RLConfig, repeats: int) -> float:
     """Frames/s of the environments alone (uniformly random actions)."""
-    env = rl.make_env(cfg, cfg.env.train_levels, seed=0)
+    env = rl.env_of(cfg, cfg.env.train_levels, seed=0)
     g = torch.Generator().manual_seed(0)
     try:
         env.reset()

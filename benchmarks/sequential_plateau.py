@@ -1,4 +1,4 @@
-"""Why does the SRWM leave the delayed-label plateau later than DeltaNet? (issue 13 §1)
+"""Why does the SRWM leave the delayed-label plateau later than DeltaNet? (docs/results.md, "SRWM fidelity")
 
 The smallest setting that shows the gap of the sequential preset (docs/results.md: DeltaNet leaves the
 plateau within 1,000 synthetic steps, the SRWM only after ~9,000): the sequence part of the
@@ -43,8 +43,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastweights.cl.objective import synthetic_feature_tasks
 from fastweights.cl.sequential import delayed_label_stream, sequential_loss
+from fastweights.cl.tasks import synthetic_feature_tasks
 from fastweights.layers.deltanet import DeltaNetLayer
 from fastweights.layers.srwm import SRWMLayer
 from fastweights.models.backbones import FeatureInput

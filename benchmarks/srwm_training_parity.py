@@ -1,9 +1,9 @@
-"""Training parity of the SRWM fast path and the per-step reference (issue 13 §1).
+"""Training parity of the SRWM fast path and the per-step reference (docs/results.md, "SRWM fidelity").
 
 Trains the sequence part of the ACL model (SRWM layers) twice from the same seed and the same task
 stream, in lockstep: once with the fast path (``SRWMLayer(impl="fast")``, ``ops.srwm``), once with the
 per-step reference (``impl="reference"``, ``ops.srwm_reference``), on synthetic feature-space ACL tasks
-(a random prototype per class plus noise; ``fastweights.cl.objective.synthetic_feature_tasks``).
+(a random prototype per class plus noise; ``fastweights.cl.tasks.synthetic_feature_tasks``).
 Prints per window of ``--every`` steps the largest |loss difference| and relative loss difference,
 the relative weight difference ``|W_fast - W_ref| / |W_ref|`` at the window's end (all parameters as
 one vector, and the largest over the parameter tensors, named), both losses, and the wall time of
@@ -29,7 +29,8 @@ import time
 import torch
 from torch import nn
 
-from fastweights.cl.objective import acl_loss, synthetic_feature_tasks
+from fastweights.cl.objective import acl_loss
+from fastweights.cl.tasks import synthetic_feature_tasks
 from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
 

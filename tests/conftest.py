@@ -32,3 +32,9 @@ def load_golden(relpath: str) -> dict:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# Under pytest-xdist (`-n 2`, the default addopts) each worker process gets one torch thread: two workers
+# on two cores use the machine better than one process with two threads (most tests are small ops).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)

@@ -151,7 +151,7 @@ CASES = [
         _write("bad.pt", b"not a checkpoint"),
     ),
     Case("acl-override-no-equals", [*ACL_NEW, "train.lr"], r"train\.lr|key=value"),
-    # --- ACL cross-domain / split / meta-finetuning keys (issue 11), checked before any data is built
+    # --- ACL cross-domain / split / meta-finetuning keys, checked before any data is built
     Case("acl-sources-unknown", [*ACL_NEW, "data.sources=[fontglyphs,nope]"], r"data\.sources.*nope"),
     Case("acl-sources-duplicate", [*ACL_NEW, "data.sources=[fontglyphs,fontglyphs]"], r"data\.sources"),
     Case(

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fastweights.cl.fewshot import evaluate_fewshot, fewshot_loss
-from fastweights.cl.objective import synthetic_feature_tasks
+from fastweights.cl.tasks import synthetic_feature_tasks
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources.base import ClassPool
 from fastweights.models.backbones import Conv4

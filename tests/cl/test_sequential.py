@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastweights.cl.objective import TaskTensors
 from fastweights.cl.sequential import delayed_label_stream, evaluate_sequential, sequential_loss
+from fastweights.cl.tasks import TaskTensors
 from fastweights.data.episodes import EpisodeSampler
 from tests.cl.test_fewshot import _model, _pool
 

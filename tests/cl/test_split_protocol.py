@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import fastweights.cl.split_protocol as sp
-from fastweights.cl.objective import to_model_images
 from fastweights.cl.split_protocol import evaluate_pool_split, evaluate_split_benchmark, evaluate_split_tasks
+from fastweights.cl.tasks import to_model_images
 from fastweights.data.sources.base import ClassPool, LabeledImages, SplitDataset
 from fastweights.data.streams import pool_split_tasks, split_benchmark
 from fastweights.models.backbones import Conv4

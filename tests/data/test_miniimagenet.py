@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fastweights.cl.objective import to_model_images
+from fastweights.cl.tasks import to_model_images
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources import miniimagenet
 from fastweights.data.sources.base import channel_stats

@@ -1,5 +1,5 @@
 """Training parity of the SRWM layer: the fast path (``impl="fast"``) and the per-step reference
-(``impl="reference"``) trained from the same seed give the same losses and weights (issue 13 §1)."""
+(``impl="reference"``) trained from the same seed give the same losses and weights."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import fastweights.layers.srwm as srwm_layer_module
-from fastweights.cl.objective import acl_loss, synthetic_feature_tasks
+from fastweights.cl.objective import acl_loss
+from fastweights.cl.tasks import synthetic_feature_tasks
 from fastweights.layers import SRWMLayer
 from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier

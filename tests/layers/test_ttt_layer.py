@@ -189,7 +189,7 @@ def test_bad_inputs():
 @pytest.mark.parametrize("mamba", [False, True])
 @pytest.mark.parametrize("cls", [TTTLinearLayer, TTTMLPLayer])
 def test_gradcheck_layer_parameters_tiny(cls, mamba):
-    # spec §6.4: W0, b0, LN gamma/beta, lr weights, delta, theta_{Q,K,V} (and convs / gate)
+    # every parameter of the layer: W0, b0, LN gamma/beta, lr weights, delta, theta_{Q,K,V} (and convs / gate)
     layer = cls(4, 2, mini_batch_size=2, share_qk=mamba, use_gate=mamba).double()
     with torch.no_grad():
         for p in layer.parameters():

@@ -142,7 +142,8 @@ def test_from_pretrained_errors(tmp_path):
         CausalLM.from_pretrained(tmp_path)
 
 
-# spec ttt_fla.md §1.11 (instantiated on the meta device, tied embeddings)
+# ttt-lm-pytorch's TTT_STANDARD_CONFIGS: parameter counts of the reference model instantiated on the
+# meta device with tied embeddings
 PAPER_PARAMS = {
     ("125m", "ttt_linear"): 110.4e6,
     ("125m", "ttt_mlp"): 114.6e6,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fastweights.ops import srwm_cpu
-from fastweights.ops.srwm_autograd import _SRWMFunction
+from fastweights.ops.srwm_autograd import srwm_fused_torch
 from tests.ops.srwm_cases import (
     assert_carried_state_equals_one_call,
     assert_same_values_and_gradients,
@@ -79,7 +79,7 @@ def test_dispatch_from_the_public_op_and_the_layer(monkeypatch):
 
 def _fast_path_with_reads(x, x_read, w0):
     # the PyTorch fast path (proven equal to the reference by tests/ops/test_srwm*.py), kernel bypassed
-    return _SRWMFunction.apply(x, x_read, w0)
+    return srwm_fused_torch(x, x_read, w0)
 
 
 @pytest.mark.parametrize(("t", "e", "d_out"), [(1, 4, None), (8, 5, None), (67, 4, None), (9, 3, 21)])

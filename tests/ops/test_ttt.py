@@ -97,7 +97,8 @@ def test_carried_state_equals_one_call(mlp, splits):
 
 def test_remainder_state_and_current_weights():
     # after 16 + 16 + 5 tokens: boundary weights after token 32, gradient sums of the last 5 tokens,
-    # and the weights the last token was read with use s_5 (spec §1.7, step 4)
+    # and the weights the last token was read with use s_5 (the remainder mini-batch's state is its last
+    # position's weights, as in ttt-lm-pytorch)
     inputs, params, ln = _case(False, t=37)
     _, s = _call(ttt_linear, inputs, params, ln)
     _, s32 = _call(ttt_linear, [x[:, :32] for x in inputs[:4]] + [inputs[4]], params, ln)

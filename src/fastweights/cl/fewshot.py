@@ -18,9 +18,10 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from fastweights.cl.metrics import mean_ci95
-from fastweights.cl.objective import TaskTensors, embed_tasks
+from fastweights.cl.tasks import TaskTensors, embed_tasks
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.models.in_context import InContextClassifier
+from fastweights.train.modes import eval_mode
 
 __all__ = ["fewshot_loss", "evaluate_fewshot"]
 
@@ -71,26 +72,24 @@ def evaluate_fewshot(
     """
     if min(episodes, runs, batch_size) < 1:
         raise ValueError(f"episodes, runs, batch_size: expected >= 1, got {episodes}, {runs}, {batch_size}")
-    was_training = model.training
-    model.eval()
-    outcomes = []
-    for r in range(runs):
-        rng = np.random.default_rng(seed + r)
-        run, done = [], 0
-        while done < episodes:
-            b = min(batch_size, episodes - done)
-            (batch,) = sampler.sample(rng, batch_size=b, num_tasks=1, n_way=n_way, k_shot=k_shot, n_query=1)
-            (task,) = embed_tasks(
-                model, [batch], sampler.pool.mean, sampler.pool.std, device, channels=sampler.pool.channels
-            )
-            _, state = model.forward_features(task.support_features, task.support_labels)
-            logits = model.query_features(task.query_features[:, :1], state)
-            run.append((logits[:, 0].argmax(-1) == task.query_labels[:, 0]).cpu().numpy())
-            done += b
-            if progress is not None:
-                progress(b)
-        outcomes.append(np.concatenate(run).astype(np.float64))
-    model.train(was_training)
+    outcomes, pool = [], sampler.pool
+    with eval_mode(model):
+        for r in range(runs):
+            rng = np.random.default_rng(seed + r)
+            run, done = [], 0
+            while done < episodes:
+                b = min(batch_size, episodes - done)
+                (batch,) = sampler.sample(
+                    rng, batch_size=b, num_tasks=1, n_way=n_way, k_shot=k_shot, n_query=1
+                )
+                (task,) = embed_tasks(model, [batch], pool.mean, pool.std, device, channels=pool.channels)
+                _, state = model.forward_features(task.support_features, task.support_labels)
+                logits = model.query_features(task.query_features[:, :1], state)
+                run.append((logits[:, 0].argmax(-1) == task.query_labels[:, 0]).cpu().numpy())
+                done += b
+                if progress is not None:
+                    progress(b)
+            outcomes.append(np.concatenate(run).astype(np.float64))
     mean, ci = mean_ci95(np.concatenate(outcomes))
     return {
         "accuracy": mean,

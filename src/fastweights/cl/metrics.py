@@ -197,7 +197,7 @@ def summarize_runs(matrices: Sequence[np.ndarray]) -> dict[str, Any]:
     """Aggregate accuracy matrices of independent runs (e.g. disjoint demonstration sets).
 
     Metrics are computed per run and then averaged; ``std`` is the population std over runs
-    (``np.std``, ddof=0), the convention of the ACL paper's Split-MNIST tables.
+    (``np.std``, ddof=0), as automated-cl computes it (the ACL paper, App. A.4, says only "std").
 
     Args:
         matrices: ``n >= 1`` accuracy matrices, each ``[T, T]`` with ``T >= 2`` and the same ``T``.

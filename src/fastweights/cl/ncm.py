@@ -1,5 +1,5 @@
 """Nearest-class-mean (NCM) classifier on frozen features: the reference point of the frozen-encoder ACL
-experiment (ACL paper App. A.8 compares with prompt-based learners; an NCM on the same frozen features
+experiment (ACL paper §4.3, Table 4 compares with prompt-based learners; an NCM on the same frozen features
 is the simplest continual learner that cannot forget: each class is its mean, Mensink et al. 2013).
 
 After each task of a stream, the mean of every label seen so far (over all its demonstrations so far;

@@ -5,7 +5,7 @@
   acc(A|A), acc(B|A→B), acc(A|A→B), and the same with the order reversed; A and B from one pool
   (disjoint classes) or from two (cross-domain).
 - :func:`evaluate_task_sequence`: the accuracy matrix ``R[e, i, j]`` of ``T``-task sequences from one or
-  several domains, domain- or class-incremental (ACL paper §4.4: 5-task meta-validation and report).
+  several domains, domain- or class-incremental (ACL paper §4.3, App. B.1: 5-task meta-validation and report).
 - The 5-task split benchmarks (Split-MNIST, Hsu et al. 2018; van de Ven & Tolias 2019) are in
   :mod:`fastweights.cl.split_protocol`.
 
@@ -22,10 +22,11 @@ import numpy as np
 import torch
 
 from fastweights.cl.metrics import mean_ci95
-from fastweights.cl.objective import TaskTensors, sequence_query_logits
-from fastweights.cl.tasks import sample_task_sequences
+from fastweights.cl.objective import sequence_query_logits
+from fastweights.cl.tasks import TaskTensors, sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.models.in_context import InContextClassifier
+from fastweights.train.modes import eval_mode
 
 __all__ = [
     "evaluate_task_pairs",
@@ -62,17 +63,13 @@ def _sequence_batches(
     :func:`~fastweights.cl.tasks.sample_task_sequences` from ``np.random.default_rng(seed)``, the model
     in eval mode meanwhile (its mode restored afterwards); ``progress(b)`` after each batch."""
     _check_counts(episodes, batch_size)
-    was_training = model.training
-    model.eval()
     rng = np.random.default_rng(seed)
-    try:
+    with eval_mode(model):
         for done in range(0, episodes, batch_size):
             b = min(batch_size, episodes - done)
             yield done, sample_task_sequences(model, samplers, order, rng, batch_size=b, **sampling)
             if progress is not None:
                 progress(b)
-    finally:
-        model.train(was_training)
 
 
 @torch.no_grad()
@@ -93,7 +90,7 @@ def evaluate_task_pairs(
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-episode accuracies of two-task sequences (A then B, and B then A when ``reverse``; ACL paper
-    §4.1, spec §5.3: queries only, nothing re-learned).
+    §4.1; queries only, nothing re-learned).
 
     Each episode draws an ``n_way``-way ``k_shot``-shot task A from ``sampler`` and a task B from
     ``sampler_b`` (default: ``sampler``, classes disjoint from A's), ``n_query`` queries per class, each
@@ -155,8 +152,8 @@ def evaluate_task_sequence(
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """Accuracy matrices of ``len(order)``-task sequences learned in context (ACL paper §4.4: the 5-task
-    meta-validation and report; spec §5.3's query-only measure).
+    """Accuracy matrices of ``len(order)``-task sequences learned in context (ACL paper §4.3: the 5-task
+    meta-validation and report; queries only, nothing re-learned).
 
     Each episode is one sequence from :func:`~fastweights.cl.tasks.sample_task_sequences`: position
     ``t`` an ``n_way``-way ``k_shot``-shot task of ``samplers[order[t]]`` (the classes of one sampler's

@@ -24,9 +24,10 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from fastweights.cl.metrics import mean_ci95
-from fastweights.cl.objective import TaskTensors, embed_tasks
+from fastweights.cl.tasks import TaskTensors, embed_tasks
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.models.in_context import InContextClassifier
+from fastweights.train.modes import eval_mode
 
 __all__ = [
     "DelayedLabelStream",
@@ -154,27 +155,25 @@ def evaluate_sequential(
     """
     if min(episodes, batch_size) < 1:
         raise ValueError(f"episodes, batch_size: expected >= 1, got {episodes}, {batch_size}")
-    was_training = model.training
-    model.eval()
     rng = np.random.default_rng(seed)
     correct, task_index, occurrence = [], [], []
     done = 0
-    while done < episodes:
-        b = min(batch_size, episodes - done)
-        tasks = sample_task_features(
-            model, samplers, rng, batch_size=b, n_way=n_way, k_shot=k_shot, device=device
-        )
-        stream = delayed_label_stream(
-            tasks, lengths=[n_way * k_shot] * len(tasks), unknown_label=model.unknown_label
-        )
-        _, logits = sequential_loss(model, stream)
-        correct.append((logits.argmax(-1) == stream.targets).cpu().numpy())
-        task_index.append(stream.task_index.cpu().numpy())
-        occurrence.append(stream.occurrence.cpu().numpy())
-        done += b
-        if progress is not None:
-            progress(b)
-    model.train(was_training)
+    with eval_mode(model):
+        while done < episodes:
+            b = min(batch_size, episodes - done)
+            tasks = sample_task_features(
+                model, samplers, rng, batch_size=b, n_way=n_way, k_shot=k_shot, device=device
+            )
+            stream = delayed_label_stream(
+                tasks, lengths=[n_way * k_shot] * len(tasks), unknown_label=model.unknown_label
+            )
+            _, logits = sequential_loss(model, stream)
+            correct.append((logits.argmax(-1) == stream.targets).cpu().numpy())
+            task_index.append(stream.task_index.cpu().numpy())
+            occurrence.append(stream.occurrence.cpu().numpy())
+            done += b
+            if progress is not None:
+                progress(b)
     ok, ti, oc = (np.concatenate(a).astype(np.float64) for a in (correct, task_index, occurrence))
     mean, ci = mean_ci95(ok.mean(axis=1))
     per_task, by_occ = [], []

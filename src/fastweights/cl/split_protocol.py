@@ -1,5 +1,5 @@
 """Split-benchmark evaluation of in-context continual learners (ACL paper, Irie et al. 2025, §4.3;
-spec ``srwm_acl.md`` §5.5, §5.7).
+the protocols of automated-cl's ``--eval_splitmnist*`` evaluation).
 
 A stream of tasks is learned in context, one task's demonstrations after another, and after each task
 every task of the stream is queried: ``R[i, j]`` is the accuracy on task ``j`` from the state after the
@@ -28,18 +28,19 @@ import torch
 
 from fastweights.checks import check_choice, check_int
 from fastweights.cl.metrics import summarize_runs
-from fastweights.cl.objective import to_model_images
+from fastweights.cl.tasks import to_model_images
 from fastweights.data.sources.base import ClassPool, SplitDataset, Stat
 from fastweights.data.streams import SCENARIOS, Task, pool_split_tasks, split_benchmark
 from fastweights.models.in_context import InContextClassifier
+from fastweights.train.modes import eval_mode
 
 __all__ = ["evaluate_split_tasks", "evaluate_split_benchmark", "evaluate_pool_split", "evaluate_tasks_alone"]
 
 
 class _Embedder:
     """Backbone features of uint8 images, normalised with the data's statistics; grayscale images fed
-    to a 3-channel backbone are repeated to 3 channels (the reference's Split-MNIST transform, spec
-    §5.5). ``channels=0``: the examples already are features (a frozen encoder's), passed through."""
+    to a 3-channel backbone are repeated to 3 channels (automated-cl's Split-MNIST
+    transform). ``channels=0``: the examples already are features (a frozen encoder's), passed through."""
 
     def __init__(self, model: InContextClassifier, mean: Stat, std: Stat, channels: int, device: Any):
         if channels not in (0, 1, 3):
@@ -118,7 +119,7 @@ def evaluate_split_tasks(
         n_out: logits compared (2 for domain-incremental, all classes seen for class-incremental).
         mean, std, channels: the data's pixel statistics and channels (1 grayscale, 3 RGB). Grayscale
             images for a 3-channel backbone (``model.backbone.in_channels``) are repeated to 3 channels
-            after normalisation (spec §5.5).
+            after normalisation (as automated-cl's Split-MNIST transform).
         query_batch: queries per ``query_features`` call.
 
     Returns:
@@ -137,9 +138,7 @@ def evaluate_split_tasks(
         raise ValueError(f"n_out: expected <= the model's {model.num_classes} outputs, got {n_out}")
     check_int("query_batch", query_batch)
     embed = _Embedder(model, mean, std, channels, device)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         matrices: list[np.ndarray] = []
         names: list[str] = []
         previous: list[Task] = []
@@ -167,8 +166,6 @@ def evaluate_split_tasks(
                         correct += (logits[:, :n_out].argmax(-1) == target[s : s + query_batch]).sum().item()
                     R[i, j] = correct / len(target)
             matrices.append(R)
-    finally:
-        model.train(was_training)
     summary = summarize_runs(matrices)
     summary.update(task_names=names, n_out=n_out, chance=1.0 / n_out)
     return summary
@@ -185,8 +182,8 @@ def evaluate_split_benchmark(
     device: torch.device | str = "cpu",
     query_batch: int = 2048,
 ) -> dict[str, Any]:
-    """Split benchmark of ``dataset`` (tasks = class pairs (0, 1), (2, 3), …, learned in that order; spec
-    §5.5) by :func:`evaluate_split_tasks`.
+    """Split benchmark of ``dataset`` (tasks = class pairs (0, 1), (2, 3), …, learned in that order, as in
+    automated-cl's Split-MNIST evaluation) by :func:`evaluate_split_tasks`.
 
     Run ``r``'s demonstrations are the ``r``-th block of ``k_shot`` training images per class (shot-major,
     :func:`fastweights.data.streams.split_benchmark`), the queries all test images of a task.
@@ -257,8 +254,8 @@ def evaluate_pool_split(
     """Long-span split stream of ``num_tasks`` ``n_way``-way tasks with disjoint classes of ``pool``
     (:func:`fastweights.data.streams.pool_split_tasks`: classes fixed by ``seed``, the last
     ``n_query_per_class`` examples of each class as queries, run ``r``'s demonstrations drawn from the
-    others) by :func:`evaluate_split_tasks`. The ACL paper's Split-Omniglot with 5/10/20 two-way tasks
-    (spec §5.7). Logits compared: the first ``n_way`` (domain-incremental) or ``n_way * num_tasks``
+    others) by :func:`evaluate_split_tasks`. The ACL paper's Split-Omniglot with 5/10/20 two-way tasks.
+    Logits compared: the first ``n_way`` (domain-incremental) or ``n_way * num_tasks``
     (class-incremental).
 
     Returns:
@@ -327,7 +324,7 @@ def evaluate_tasks_alone(
     """Accuracy of every task of the streams ``tasks_for_run(0..runs-1)`` learned *in isolation*: its
     demonstrations from the slow weights (no earlier task), labels renumbered ``0..n-1``
     (:func:`task_alone`), queries predicted as the argmax over the first ``n`` logits. The ACL paper
-    (App. A.8) reports that some tasks fail even alone; this measures it.
+    (§4.3, Table 4) reports that some tasks fail even alone; this measures it.
 
     Returns:
         ``{"tasks": {name: {"mean", "std"}}, "runs"}`` (population std over runs), tasks in stream order.
@@ -338,10 +335,8 @@ def evaluate_tasks_alone(
     """
     check_int("runs", runs)
     embed = _Embedder(model, mean, std, channels, device)
-    was_training = model.training
-    model.eval()
     accs: dict[str, list[float]] = {}
-    try:
+    with eval_mode(model):
         for r in range(runs):
             for task in map(task_alone, tasks_for_run(r)):
                 if (task.query_labels < 0).any():
@@ -356,8 +351,6 @@ def evaluate_tasks_alone(
                 logits = model.query_features(embed(task.query_images).unsqueeze(0), state)[0]
                 pred = logits[:, :n].argmax(-1).cpu().numpy()
                 accs.setdefault(task.name, []).append(float((pred == task.query_labels).mean()))
-    finally:
-        model.train(was_training)
     return {
         "tasks": {name: {"mean": float(np.mean(a)), "std": float(np.std(a))} for name, a in accs.items()},
         "runs": runs,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastweights.checks import check_count
+
 from .sources.base import ClassPool
 
 __all__ = ["EpisodeBatch", "EpisodeSampler"]
@@ -39,12 +41,6 @@ class EpisodeBatch:
     @property
     def batch_size(self) -> int:
         return int(self.support_labels.shape[0])
-
-
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ValueError(f"{name}: expected an int >= {lo}, given {value!r}")
-    return int(value)
 
 
 def _random_subsets(rng: np.random.Generator, shape: tuple[int, ...], n: int, k: int) -> np.ndarray:
@@ -121,12 +117,12 @@ class EpisodeSampler:
         """
         if not isinstance(rng, np.random.Generator):
             raise ValueError(f"rng: expected a numpy.random.Generator, given {type(rng).__name__}")
-        b = _check_int("batch_size", batch_size, 1)
-        t = _check_int("num_tasks", num_tasks, 1)
-        n = _check_int("n_way", n_way, 1)
-        k = _check_int("k_shot", k_shot, 1)
-        q = _check_int("n_query", n_query, 0)
-        space = n if label_space is None else _check_int("label_space", label_space, n)
+        b = check_count("batch_size", batch_size, 1)
+        t = check_count("num_tasks", num_tasks, 1)
+        n = check_count("n_way", n_way, 1)
+        k = check_count("k_shot", k_shot, 1)
+        q = check_count("n_query", n_query, 0)
+        space = n if label_space is None else check_count("label_space", label_space, n)
         f = 1 if first_shot else 0
         c, m = self.num_classes, self.pool.examples_per_class
         if n * t > c:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastweights.checks import check_choice
+from fastweights.checks import check_choice, check_count
 
 from .sources.base import ClassPool, LabeledImages, SplitDataset
 
@@ -44,13 +44,6 @@ class Task:
     support_labels: np.ndarray
     query_images: np.ndarray
     query_labels: np.ndarray
-
-
-def _check_count(name: str, value: object, lo: int) -> int:
-    """``value`` as an int ``>= lo`` (Python or numpy integer), else a one-line ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ValueError(f"{name}: expected an int >= {lo}, given {value!r}")
-    return int(value)
 
 
 def _shot_major(demos: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -111,8 +104,8 @@ def split_benchmark(
     """
     if not isinstance(ds, SplitDataset):
         raise ValueError(f"ds: expected a SplitDataset, given {type(ds).__name__}")
-    k = None if k_shot is None else _check_count("k_shot", k_shot, 1)
-    run = _check_count("run", run, 0)
+    k = None if k_shot is None else check_count("k_shot", k_shot, 1)
+    run = check_count("run", run, 0)
     check_choice("scenario", scenario, SCENARIOS)
     groups = _check_groups(class_groups, ds.num_classes)
     tasks = []
@@ -168,8 +161,8 @@ def pool_split_tasks(
     seed: int = 0,
 ) -> list[Task]:
     """A split-benchmark task sequence drawn from a few-shot class pool: ``num_tasks`` ``n_way``-way tasks
-    with disjoint classes (the ACL paper's long-span Split-Omniglot, 5, 10 and 20 two-way tasks, spec
-    ``srwm_acl.md`` §5.7; here Split-FontGlyphs and Split-Emoji).
+    with disjoint classes (the ACL paper's long-span Split-Omniglot, 5, 10 and 20 two-way tasks;
+    here Split-FontGlyphs and Split-Emoji).
 
     - Classes: the first ``num_tasks * n_way`` classes of ``np.random.default_rng(seed).permutation``
       of the pool's classes, task ``t`` taking ``n_way`` consecutive ones; the same for every ``run``
@@ -193,12 +186,12 @@ def pool_split_tasks(
     """
     if not isinstance(pool, ClassPool):
         raise ValueError(f"pool: expected a ClassPool, given {type(pool).__name__}")
-    num_tasks, n_way = _check_count("num_tasks", num_tasks, 1), _check_count("n_way", n_way, 2)
+    num_tasks, n_way = check_count("num_tasks", num_tasks, 1), check_count("n_way", n_way, 2)
     m = pool.examples_per_class
-    n_query = _check_count("n_query_per_class", n_query_per_class, 1)
-    k = None if k_shot is None else _check_count("k_shot", k_shot, 1)
-    run = _check_count("run", run, 0)
-    seed = _check_count("seed", seed, 0)
+    n_query = check_count("n_query_per_class", n_query_per_class, 1)
+    k = None if k_shot is None else check_count("k_shot", k_shot, 1)
+    run = check_count("run", run, 0)
+    seed = check_count("seed", seed, 0)
     check_choice("scenario", scenario, SCENARIOS)
     if num_tasks * n_way > pool.num_classes:
         raise ValueError(
@@ -247,7 +240,7 @@ def class_sequence_tasks(
     tasks: Sequence[Sequence[ClassExamples]], *, k_shot: int, run: int, scenario: str = "class", seed: int = 0
 ) -> list[Task]:
     """A task stream from explicit classes: task ``t`` holds the classes ``tasks[t]`` (the ACL paper's
-    "mini" benchmarks, App. A.8: the first 2 classes of each data set of 5-datasets, or of each of the
+    "mini" benchmarks, §4.3: the first 2 classes of each data set of 5-datasets, or of each of the
     first 5 tasks of Split-CIFAR100).
 
     Demonstrations: ``k_shot`` per class drawn without replacement from its ``demos`` with
@@ -262,9 +255,9 @@ def class_sequence_tasks(
             demos or no query, or examples of different shapes.
     """
     k, run, seed = (
-        _check_count("k_shot", k_shot, 1),
-        _check_count("run", run, 0),
-        _check_count("seed", seed, 0),
+        check_count("k_shot", k_shot, 1),
+        check_count("run", run, 0),
+        check_count("seed", seed, 0),
     )
     check_choice("scenario", scenario, SCENARIOS)
     if not tasks or any(not classes for classes in tasks):
@@ -312,7 +305,7 @@ def holdout_split(ds: SplitDataset, per_class: int) -> SplitDataset:
     """
     if not isinstance(ds, SplitDataset):
         raise ValueError(f"ds: expected a SplitDataset, given {type(ds).__name__}")
-    v = _check_count("per_class", per_class, 1)
+    v = check_count("per_class", per_class, 1)
     labels = ds.train.labels
     held = np.zeros(len(labels), dtype=bool)
     for c in range(ds.num_classes):
@@ -343,7 +336,7 @@ def holdout_pool(pool: ClassPool, n_query_per_class: int) -> ClassPool:
     """
     if not isinstance(pool, ClassPool):
         raise ValueError(f"pool: expected a ClassPool, given {type(pool).__name__}")
-    n = _check_count("n_query_per_class", n_query_per_class, 1)
+    n = check_count("n_query_per_class", n_query_per_class, 1)
     m = pool.examples_per_class
     if n > m - 2:
         raise ValueError(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from fastweights.checks import check_int
 from fastweights.layers.base import SequenceLayer, check_heads
 from fastweights.layers.rotary import apply_rotary, rotary_tables
-from fastweights.ops._common import check_positive_int
 from fastweights.ops.linear_attention import linear_attention
 
 __all__ = ["LinearAttentionLayer", "SoftmaxAttentionLayer"]
@@ -84,7 +84,7 @@ class LinearAttentionLayer(SequenceLayer):
         super().__init__()
         self.head_dim = check_heads(d_model, num_heads)
         self.d_model, self.num_heads = d_model, num_heads
-        self.chunk_size, self.eps = check_positive_int("chunk_size", chunk_size), eps
+        self.chunk_size, self.eps = check_int("chunk_size", chunk_size), eps
         self.layer_norm = nn.LayerNorm(d_model)
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
         self.k_proj = nn.Linear(d_model, d_model, bias=False)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastweights.ops._common import check_finite, check_positive_int
+from fastweights.checks import check_finite, check_int
 from fastweights.ops.packing import run_packed
 
 __all__ = ["SequenceLayer", "check_heads", "check_input_dtype", "check_layer_input"]
@@ -28,8 +28,8 @@ def check_heads(d_model: object, num_heads: object) -> int:
         ValueError: naming ``d_model`` or ``num_heads`` unless both are positive ints and ``num_heads``
             divides ``d_model``.
     """
-    d = check_positive_int("d_model", d_model)
-    h = check_positive_int("num_heads", num_heads)
+    d = check_int("d_model", d_model)
+    h = check_int("num_heads", num_heads)
     if d % h:
         raise ValueError(f"d_model: expected a multiple of num_heads={h}, got {d}")
     return d // h

@@ -1,8 +1,8 @@
-"""DeltaNet sublayer: the fast-weight baseline of the SRWM/ACL papers (``FastFFlayer``).
+"""DeltaNet sublayer: the fast-weight baseline of the SRWM paper (``FastFFlayer``; not in the ACL paper).
 
 Sources: Schlag, Irie, Schmidhuber, ICML 2021 (delta rule, ``elu + 1`` feature map with sum
-normalisation); Irie et al., ICML 2022 and the ACL paper (the baseline layer, modern-srwm
-``FastFFlayer``).
+normalisation); Irie et al., ICML 2022 (the baseline layer, modern-srwm ``FastFFlayer``; automated-cl
+``layer.py`` keeps it, but the ACL paper, Irie et al. 2025, reports no DeltaNet model).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from fastweights.checks import check_int
 from fastweights.layers.base import SequenceLayer, check_heads
-from fastweights.ops._common import check_positive_int
 from fastweights.ops.delta_rule import delta_rule
 
 __all__ = ["DeltaNetLayer", "deltanet_layer_from_reference"]
@@ -63,7 +63,7 @@ class DeltaNetLayer(SequenceLayer):
         super().__init__()
         self.head_dim = check_heads(d_model, num_heads)
         self.d_model, self.num_heads = d_model, num_heads
-        check_positive_int("chunk_size", chunk_size)
+        check_int("chunk_size", chunk_size)
         self.chunk_size = chunk_size
         self.slow_net = nn.Linear(d_model, num_heads * (3 * self.head_dim + 1), bias=False)
         self.layer_norm = nn.LayerNorm(d_model)

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fastweights.checks import check_int
 from fastweights.layers.base import SequenceLayer
-from fastweights.ops._common import check_positive_int
 
 __all__ = ["LSTMLayer"]
 
@@ -42,8 +42,8 @@ class LSTMLayer(SequenceLayer):
 
     def __init__(self, d_model: int, num_heads: int = 1, *, dropout: float = 0.0) -> None:
         super().__init__()
-        self.d_model = check_positive_int("d_model", d_model)
-        check_positive_int("num_heads", num_heads)
+        self.d_model = check_int("d_model", d_model)
+        check_int("num_heads", num_heads)
         self.layer_norm = nn.LayerNorm(d_model)
         self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
         self.dropout = nn.Dropout(dropout)

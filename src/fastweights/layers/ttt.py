@@ -13,10 +13,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from fastweights.checks import check_int
 from fastweights.layers.base import SequenceLayer, check_heads
 from fastweights.layers.conv import causal_depthwise_conv
 from fastweights.layers.rotary import apply_rotary, rotary_tables
-from fastweights.ops._common import check_positive_int
 from fastweights.ops.ttt import ttt_linear, ttt_mlp
 
 __all__ = ["TTTLinearLayer", "TTTMLPLayer", "rope_tables"]
@@ -52,8 +52,8 @@ class _TTTBase(SequenceLayer):
         self.head_dim = check_heads(d_model, num_heads)
         if self.head_dim % 2:
             raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
-        check_positive_int("mini_batch_size", mini_batch_size)
-        check_positive_int("conv_kernel", conv_kernel)
+        check_int("mini_batch_size", mini_batch_size)
+        check_int("conv_kernel", conv_kernel)
         self.d_model, self.num_heads = d_model, num_heads
         self.mini_batch_size, self.ttt_base_lr, self.rope_theta = mini_batch_size, ttt_base_lr, rope_theta
         self.share_qk, self.use_gate, self.conv_kernel, self.residual = (

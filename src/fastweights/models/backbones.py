@@ -7,8 +7,8 @@ import re
 import torch
 from torch import Tensor, nn
 
+from fastweights.checks import check_finite, check_int, describe
 from fastweights.layers.base import check_input_dtype
-from fastweights.ops._common import check_finite, check_positive_int, describe
 
 __all__ = ["Conv4", "FeatureInput", "NORMS"]
 
@@ -28,8 +28,8 @@ def _norm(kind: str, channels: int) -> nn.Module:
 class Conv4(nn.Module):
     """Conv-4: 4 × [Conv3×3(pad 1) → Norm → MaxPool 2 → Dropout → ReLU], then flatten (C, H, W).
 
-    The ACL paper uses InstanceNorm with affine parameters (it generalises better than BatchNorm for
-    continual learning; ACL App. A.2). ``pool_before_norm=True`` swaps pool and norm, which normalises
+    The ACL paper uses InstanceNorm (it generalises better than BatchNorm for continual learning; ACL
+    §3; affine as in automated-cl). ``pool_before_norm=True`` swaps pool and norm, which normalises
     4× fewer pixels (a CPU speed option; not the reference order).
 
     Args:
@@ -58,9 +58,9 @@ class Conv4(nn.Module):
         pool_before_norm: bool = False,
     ) -> None:
         super().__init__()
-        check_positive_int("in_channels", in_channels)
-        check_positive_int("channels", channels)
-        if check_positive_int("image_size", image_size) % 16:
+        check_int("in_channels", in_channels)
+        check_int("channels", channels)
+        if check_int("image_size", image_size) % 16:
             raise ValueError(f"image_size: expected a multiple of 16, got {image_size}")
         blocks = []
         for i in range(4):
@@ -77,7 +77,7 @@ class Conv4(nn.Module):
 
         Raises:
             ValueError: naming ``images`` unless it is a finite float tensor of that shape in the
-                parameters' dtype (uint8 pixels are converted by ``cl.objective.to_model_images``).
+                parameters' dtype (uint8 pixels are converted by ``cl.tasks.to_model_images``).
         """
         expected = (self.in_channels, self.image_size, self.image_size)
         if not isinstance(images, Tensor) or images.dim() != 4 or tuple(images.shape[1:]) != expected:
@@ -88,7 +88,7 @@ class Conv4(nn.Module):
         if not images.is_floating_point():
             raise ValueError(
                 f"images: expected a floating-point dtype, got {images.dtype} (convert uint8 pixels with "
-                "fastweights.cl.objective.to_model_images)"
+                "fastweights.cl.tasks.to_model_images)"
             )
         check_input_dtype("images", images, self, "backbone")
         check_finite("images", images)
@@ -113,7 +113,7 @@ class FeatureInput(nn.Module):
 
     def __init__(self, feature_dim: int, encoder_sha256: str | None = None) -> None:
         super().__init__()
-        check_positive_int("feature_dim", feature_dim)
+        check_int("feature_dim", feature_dim)
         self.feature_dim = feature_dim
         if encoder_sha256 is not None:
             if not (isinstance(encoder_sha256, str) and re.fullmatch(r"[0-9a-f]{64}", encoder_sha256)):

@@ -1,6 +1,6 @@
 """Config of the in-context classifier (:class:`~fastweights.models.in_context.InContextClassifier`) and the
 function that builds one from it: Conv-4 → ``num_layers`` × [sequence layer, FF] → head (ACL paper §3 /
-App. A; spec ``srwm_acl.md`` §2). The ``model`` section of the ``acl``, ``fewshot`` and ``sequential``
+App. A). The ``model`` section of the ``acl``, ``fewshot`` and ``sequential``
 recipes."""
 
 from __future__ import annotations

@@ -13,10 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastweights.checks import check_real
+from fastweights.checks import check_real, describe
 from fastweights.layers import FeedForward, make_sequence_layer
 from fastweights.layers.base import check_input_dtype, check_layer_input
-from fastweights.ops._common import describe
 
 __all__ = ["InContextClassifier"]
 
@@ -41,7 +40,7 @@ class InContextClassifier(nn.Module):
             (1 = PyTorch's default init, the reference's). With the default init a label one-hot
             contributes ~1/9 of the first layer input's RMS against 128 features; a larger factor makes
             the label token more visible from the start, which shortens the delayed-label plateau of
-            every sequence layer (this library's option; ``docs/results.md``, issue 13).
+            every sequence layer (this library's option; ``docs/results.md``, "SRWM fidelity").
 
     Call ``logits, state = model(images [B, T, C, S, S], labels [B, T] int64, state=None)``. The
     state is a tuple with one entry per sequence layer (``num_layers``); ``None`` starts from the slow

@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from fastweights.checks import check_int, check_real, is_int, is_real
 from fastweights.config import rename_deprecated
 from fastweights.io import atomic_write_bytes, atomic_write_json
 from fastweights.layers import (
@@ -55,6 +56,7 @@ from fastweights.layers import (
 )
 from fastweights.layers.base import check_layer_input
 from fastweights.layers.conv import causal_depthwise_conv
+from fastweights.train.modes import eval_mode
 
 __all__ = [
     "LMConfig",
@@ -80,10 +82,6 @@ _TYPED_OPTIONS = {
     "dropout",
     "rope",
 }
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 _TTT_LAYERS = ("ttt_linear", "ttt_mlp")
@@ -155,9 +153,7 @@ class LMConfig:
             "mini_batch_size",
             "conv_kernel",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name))
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={self.num_heads}, got {self.d_model}"
@@ -179,14 +175,12 @@ class LMConfig:
                 f"backbone: 'mamba' (shared Q/K convs and gate) exists only for {_TTT_LAYERS}; "
                 f"use backbone='transformer' for sequence_layer={self.sequence_layer!r}"
             )
-        if not _is_real(self.dropout) or not 0.0 <= self.dropout < 1.0:
+        if not is_real(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout: expected a number in [0, 1), got {self.dropout!r}")
         for name in ("rope_theta", "rms_norm_eps", "initializer_range", "embedding_scale"):
-            value = getattr(self, name)
-            if not _is_real(value) or not 0 < value < math.inf:
-                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+            check_real(name, getattr(self, name), low=0, low_open=True)
         if self.ttt_base_lr is not None and (
-            not _is_real(self.ttt_base_lr) or not 0 < self.ttt_base_lr < math.inf
+            not is_real(self.ttt_base_lr) or not 0 < self.ttt_base_lr < math.inf
         ):
             raise ValueError(f"ttt_base_lr: expected None or a finite number > 0, got {self.ttt_base_lr!r}")
         if not isinstance(self.tie_word_embeddings, bool):
@@ -527,16 +521,12 @@ def generate(
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:
         got = list(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids: expected a non-empty prompt tensor [B, T >= 1], got {got}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: expected an int >= 0, got {max_new_tokens!r}")
-    if not _is_real(temperature) or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature: expected a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+    check_int("max_new_tokens", max_new_tokens, low=0)
+    check_real("temperature", temperature, low=0)
+    if top_k is not None and (not is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k: expected None or an int >= 1, got {top_k!r}")
-    was_training = model.training
-    model.eval()
     out = [input_ids.long()]
-    try:
+    with eval_mode(model):
         logits, cache = model(input_ids)
         for i in range(max_new_tokens):
             last = logits[:, -1]
@@ -553,6 +543,4 @@ def generate(
                 progress(1)
             if i + 1 < max_new_tokens:
                 logits, cache = model(token[:, None], cache)
-    finally:
-        model.train(was_training)
     return torch.cat(out, dim=1)

@@ -1,11 +1,11 @@
 """Weights of one in-context classifier into another whose number of classes differs.
 
-The ACL paper's 5-task meta-finetuning (Irie et al. 2025, §4.3; spec ``srwm_acl.md`` §4.4) starts the
-2-way domain-incremental or the 10-way class-incremental model from the 5-way 2-task checkpoint. Only
-the two label-sized tensors differ: ``input_proj`` reads ``[features F; one-hot of N labels; unknown]``
-(``F + N + 1`` columns) and ``out_layer`` has ``N`` rows. The reference copies a contiguous block of
-columns and so shifts the feature columns and the label columns (spec §4.4, **BUG**); here every column
-keeps its meaning (see :func:`load_classifier_weights`).
+The ACL paper's 5-task meta-finetuning (Irie et al. 2025, §4.3; automated-cl's
+``--train_splitmnist_style*`` runs) starts the 2-way domain-incremental or the 10-way class-incremental
+model from the 5-way 2-task checkpoint. Only the two label-sized tensors differ: ``input_proj`` reads
+``[features F; one-hot of N labels; unknown]`` (``F + N + 1`` columns) and ``out_layer`` has ``N`` rows.
+The reference copies a contiguous block of columns and so shifts the feature columns and the label
+columns (a bug); here every column keeps its meaning (see :func:`load_classifier_weights`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def load_classifier_weights(model: InContextClassifier, state_dict: Mapping[str,
 
     A sequence whose labels are all ``< n`` then gives the new model's logits ``[..., :n]`` equal to
     the old model's ``[..., :n]`` (the unknown token is mapped too, so queries agree as well). This is
-    the mapping spec ``srwm_acl.md`` §4.4 says the reference meant; its column shift is not reproduced.
+    the mapping by meaning; the reference's contiguous-block copy, which shifts the columns, is not
+    reproduced.
 
     Returns:
         Human-readable notes of what was remapped (empty when ``N_old == N_new``), for the log.

@@ -1,35 +1,16 @@
-"""Input validation and small helpers shared by the ops (private)."""
+"""Input validation and small helpers shared by the ops (private).
+
+The generic checks (:func:`~fastweights.checks.describe`, :func:`~fastweights.checks.check_finite`,
+:func:`~fastweights.checks.check_int`) live in :mod:`fastweights.checks`; here are the ops' own
+(q/k/v/state shapes, chunk sizes) and their compute helpers.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-
-def describe(t: object) -> str:
-    """``"tensor of shape [..] and dtype .."`` or the type name, for error messages."""
-    if isinstance(t, Tensor):
-        return f"tensor of shape {list(t.shape)} and dtype {t.dtype}"
-    return type(t).__name__
-
-
-def check_finite(name: str, t: Tensor | None) -> None:
-    """Raise ``ValueError`` naming ``name`` if the float tensor ``t`` holds NaN or Inf (``None`` is
-    skipped).
-
-    Exact and cheap: a finite sum implies finite entries (every partial sum that contains a NaN or
-    an infinite entry is NaN or infinite), so one reduction (accumulated in float32 for half inputs)
-    decides the usual case; only a sum that overflows or is non-finite pays for the elementwise
-    ``torch.isfinite`` (about 20× slower on CPU). The ops call this once per input and call, never
-    per step.
-    """
-    if t is None or not t.is_floating_point():
-        return
-    t = t.detach()
-    if bool(torch.isfinite(t.sum(dtype=compute_dtype(t.dtype)))):
-        return
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name}: expected finite values, got NaN or Inf")
+from fastweights.checks import check_finite, check_int, describe
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -77,16 +58,9 @@ def initial_kv_state(q: Tensor, v: Tensor, initial_state: Tensor | None, dtype: 
     return initial_state.to(dtype)
 
 
-def check_positive_int(name: str, value: object) -> int:
-    """Return ``value`` if it is a positive int (not a bool), else raise ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-    return value
-
-
 def check_chunk_size(chunk_size: object) -> int:
     """Return ``chunk_size`` if it is a positive int, else raise ``ValueError`` naming it."""
-    return check_positive_int("chunk_size", chunk_size)
+    return check_int("chunk_size", chunk_size)
 
 
 def to_chunks(x: Tensor, chunk: int, dtype: torch.dtype) -> Tensor:

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from fastweights.ops._common import check_finite, compute_dtype, describe
+from fastweights.checks import check_finite, describe
+from fastweights.ops._common import compute_dtype
 
 _LINEAR = ("W1", "b1")
 _MLP = ("W1", "b1", "W2", "b2")

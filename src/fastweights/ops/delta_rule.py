@@ -28,13 +28,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fastweights.checks import check_finite, describe
 from fastweights.ops import fla
 from fastweights.ops._common import (
     check_chunk_size,
-    check_finite,
     check_qkv_state,
     compute_dtype,
-    describe,
     initial_kv_state,
     to_chunks,
 )

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from fastweights.ops._common import describe
+from fastweights.checks import describe
 
 __all__ = ["check_cu_seqlens", "run_packed", "select_state", "stack_states", "supports_cu_seqlens"]
 

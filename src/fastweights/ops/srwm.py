@@ -32,9 +32,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fastweights.ops._common import check_finite, check_positive_int, compute_dtype, describe
+from fastweights.checks import check_finite, check_int, describe
+from fastweights.ops._common import compute_dtype
 from fastweights.ops.packing import supports_cu_seqlens
-from fastweights.ops.srwm_autograd import srwm_fast_path
+from fastweights.ops.srwm_dispatch import srwm_fast_path
 
 __all__ = ["srwm", "srwm_reference", "srwm_read", "srwm_with_reads", "srwm_num_columns", "check_srwm_inputs"]
 
@@ -61,7 +62,7 @@ def check_srwm_inputs(
     b, _, h, e = x.shape
     if d_out is None:
         d_out = e
-    check_positive_int("d_out", d_out)
+    check_int("d_out", d_out)
     c = srwm_num_columns(e, d_out)
     if not isinstance(weight, Tensor) or tuple(weight.shape) != (h, e, c):
         raise ValueError(
@@ -164,7 +165,8 @@ def srwm(
     batched matmul ``x_t W`` for ``[y | q | k | beta]``, one for the four difference vectors
     ``(q_t - k_t) W`` and one rank-1 update whose columns are scaled by their block's learning rate.
     The backward is a custom autograd Function that recovers ``W_{t-1}`` by reversing the updates
-    (``ops.srwm_autograd``): saved memory O(T·C) per head, any T, carried-state gradient counted once.
+    (``ops.srwm_autograd``; the fused CPU / Triton kernels where ``ops.srwm_dispatch`` picks them):
+    saved memory O(T·C) per head, any T, carried-state gradient counted once.
 
     Args:
         x: ``[B, T, H, E]`` float input.

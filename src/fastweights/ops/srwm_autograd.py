@@ -16,6 +16,9 @@ dimension of the saved per-step buffers (``[T, N, 1, ·]``); the fast weights ar
 the public ops validate it). Every step is a few
 batched matrix-vector products and one fused rank-1 update (``addcmul_``); all elementwise work that
 does not depend on the running weights is done for all steps at once outside the loop.
+
+Which implementation a call uses (this one, the fused CPU kernel or the Triton kernels) is decided in
+:mod:`fastweights.ops.srwm_dispatch`.
 """
 
 from __future__ import annotations
@@ -25,9 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fastweights.ops import srwm_cpu, srwm_triton
-
-__all__ = ["srwm_fast_path"]
+__all__ = ["srwm_fused_torch"]
 
 
 _CHUNK = 64  # steps whose per-step buffers are laid out time-major at once (bounded temporaries)
@@ -146,8 +147,11 @@ class _SRWMFunction(torch.autograd.Function):
             return g_x, g_x_read, grad.view(b, h, e, c)
 
 
-def srwm_fast_path(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
-    """Run the SRWM recurrence with the reversal backward.
+def srwm_fused_torch(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Run the SRWM recurrence with the reversal backward, in PyTorch (any device, any float dtype).
+
+    The portable implementation behind :func:`fastweights.ops.srwm_dispatch.srwm_fast_path` (which
+    prefers the fused CPU and Triton kernels where they apply); nothing is validated here.
 
     Args:
         x: ``[B, T, H, E]`` inputs (already validated by the public ops; same dtype as ``w0``).
@@ -156,17 +160,8 @@ def srwm_fast_path(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tensor
             the slow weights).
 
     Returns:
-        ``(y [B, T, H, d_out], y_read or None, final fast weights [B, H, E, C])``.
-
-    CPU float32/float64 inputs go to the fused C++ kernel when it builds (:mod:`fastweights.ops.srwm_cpu`;
-    same math and saved vectors; ``FASTWEIGHTS_CPU_KERNEL=0`` keeps them here); with
-    ``FASTWEIGHTS_TRITON=1``, CUDA inputs without ``x_read`` go to the Triton kernels
-    (:mod:`fastweights.ops.srwm_triton`).
+        ``(y [B, T, H, d_out], y_read [B, T, H, d_out] or None (without ``x_read``), final fast
+        weights [B, H, E, C])`` in ``x``'s dtype, differentiable in every input.
     """
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and srwm_cpu.enabled():
-        return srwm_cpu.srwm_fused_cpu(x, w0, x_read)
-    if x.device.type == "cuda" and x_read is None and srwm_triton.supports(x) and srwm_triton.enabled():
-        y, w = srwm_triton.srwm_fused_triton(x, w0)
-        return y, None, w
     y, y_read, w = _SRWMFunction.apply(x, x_read, w0)
     return y, (y_read if x_read is not None else None), w

@@ -1,7 +1,8 @@
 """The in-context classifier family's training pieces (the acl, fewshot and sequential recipes): the
 optimiser / schedule / loop section of their configs (:class:`OptimConfig`), Adam with that schedule
-(:func:`make_optimizer`), the episode-sampling random streams (:func:`sampling_streams`) and
-:func:`fit_classifier`, the training loop with that optimiser."""
+(:func:`make_optimizer`), the episode-sampling random streams (:func:`sampling_streams`), the
+validation policy (:func:`validation_sampling`) and :func:`fit_classifier`, the training loop with that
+optimiser."""
 
 from __future__ import annotations
 
@@ -16,7 +17,19 @@ from fastweights.recipes.run import RecipeRun, fit_run
 from fastweights.train.loop import LoopConfig, numpy_rng_state
 from fastweights.train.schedules import SCHEDULES, lr_multiplier
 
-__all__ = ["OptimConfig", "make_optimizer", "sampling_streams", "fit_classifier"]
+__all__ = [
+    "OptimConfig",
+    "make_optimizer",
+    "sampling_streams",
+    "VALIDATION_SEED",
+    "VALIDATION_MAX_BATCH",
+    "validation_sampling",
+    "fit_classifier",
+]
+
+# The meta-validation policy of the acl, fewshot and sequential recipes (see validation_sampling).
+VALIDATION_SEED = 12345
+VALIDATION_MAX_BATCH = 50
 
 
 @dataclass
@@ -66,6 +79,29 @@ def sampling_streams(run: RecipeRun) -> tuple[np.random.Generator, torch.Generat
     run.state["sampler_rng"] = numpy_rng_state(rng)
     run.state["synthetic_rng"] = (synthetic.get_state, synthetic.set_state)
     return rng, synthetic
+
+
+def validation_sampling(episodes: int, seed_offset: int = 0) -> dict[str, int]:
+    """How the acl, fewshot and sequential recipes draw their meta-validation episodes: from the fixed
+    seed ``VALIDATION_SEED + seed_offset`` (12345; the same episodes at every validation, independent of
+    the training streams, so checkpoints are compared on one set; ``seed_offset`` tells the sets of one
+    validation apart, e.g. one per domain order) in batches of ``min(VALIDATION_MAX_BATCH, episodes)``
+    (at most 50) episodes.
+
+    Args:
+        episodes: the validation's episode count (``train.val_episodes`` or the recipe's own); it sets
+            the batch size only.
+        seed_offset: added to the seed.
+
+    Returns:
+        ``{"batch_size": ..., "seed": ...}``, keyword arguments of the ``cl`` evaluators
+        (:func:`~fastweights.cl.fewshot.evaluate_fewshot`,
+        :func:`~fastweights.cl.sequential.evaluate_sequential`,
+        :func:`~fastweights.cl.protocols.evaluate_task_pairs`,
+        :func:`~fastweights.cl.protocols.evaluate_task_sequence`). Nothing is checked here: those
+        evaluators raise ``ValueError`` for ``episodes < 1``.
+    """
+    return {"batch_size": min(VALIDATION_MAX_BATCH, episodes), "seed": VALIDATION_SEED + seed_offset}
 
 
 def fit_classifier(

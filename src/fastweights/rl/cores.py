@@ -1,5 +1,5 @@
-"""Recurrent cores of the RL agents and their state handling (SRWM paper §4.3; modern-srwm's
-``torchbeast_procgen`` as described in spec/the issue).
+"""Recurrent cores of the RL agents and their state handling (SRWM paper §4.3; after modern-srwm's
+``reinforcement_learning/torchbeast_procgen``).
 
 A core maps ``x [T, B, in_dim]`` and ``done [T, B]`` to ``[T, B, out_dim]``, one time step at a time,
 with the state carried across calls:

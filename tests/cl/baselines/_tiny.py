@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from fastweights.cl.baselines.base import Strategy
 from fastweights.cl.baselines.learners import build_learner
-from fastweights.cl.baselines.trainer import TaskTensors, TrainSettings, fit_stream, task_tensors
+from fastweights.cl.baselines.trainer import TaskInputs, TrainSettings, fit_stream, task_inputs
 from fastweights.data.registry import load_split_dataset
 from fastweights.data.streams import split_benchmark
 
@@ -22,7 +22,7 @@ FAST = TrainSettings(optimizer="adam", lr=1e-3, epochs=2, batch_size=8)
 
 def tiny_tasks(
     num_tasks: int = 3, n: int = 24, q: int = 10, scenario: str = "class", seed: int = 0
-) -> list[TaskTensors]:
+) -> list[TaskInputs]:
     """Learnable synthetic tasks of two classes each: every class is a fixed random image plus noise;
     labels ``2t, 2t+1`` (``"class"``) or ``0, 1`` (``"domain"``). Inputs float32 ``[n, 1, 16, 16]``."""
     g = torch.Generator().manual_seed(seed)
@@ -31,7 +31,7 @@ def tiny_tasks(
     for t in range(num_tasks):
         labels = torch.tensor([2 * t, 2 * t + 1] if scenario == "class" else [0, 1])
         (x, y), (qx, qy) = (_draw(protos[2 * t : 2 * t + 2], labels, k, g) for k in (n, q))
-        tasks.append(TaskTensors(f"task{t}", x, y, qx, qy))
+        tasks.append(TaskInputs(f"task{t}", x, y, qx, qy))
     return tasks
 
 
@@ -69,12 +69,12 @@ def check_runs_and_deterministic(make: Callable[[], Strategy], kind: str) -> np.
 
 
 @lru_cache(maxsize=1)
-def digits_domain_tasks() -> tuple[TaskTensors, ...]:
+def digits_domain_tasks() -> tuple[TaskInputs, ...]:
     """Split-Digits (sklearn digits, 32 × 32), domain-incremental (labels 0/1 in each of the 5 tasks),
     full training data of every task."""
     ds = load_split_dataset("digits")
     tasks = split_benchmark(ds, k_shot=None, run=0, scenario="domain")
-    return tuple(task_tensors(tasks, mean=ds.mean, std=ds.std, channels=1))
+    return tuple(task_inputs(tasks, mean=ds.mean, std=ds.std, channels=1))
 
 
 def perturbed(model: nn.Module, delta: float) -> dict[str, Tensor]:

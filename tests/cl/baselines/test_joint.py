@@ -6,7 +6,7 @@ import torch
 from fastweights.cl.baselines import STRATEGIES
 from fastweights.cl.baselines.joint import Joint
 from fastweights.cl.baselines.learners import build_learner
-from fastweights.cl.baselines.trainer import TrainSettings, fit_stream, task_tensors
+from fastweights.cl.baselines.trainer import TrainSettings, fit_stream, task_inputs
 from fastweights.cl.metrics import average_accuracy
 from fastweights.data.registry import load_split_dataset
 from fastweights.data.streams import split_benchmark
@@ -53,7 +53,7 @@ def test_joint_is_the_upper_bound_on_split_digits(scenario):
     training is at least as good as every other method."""
     torch.set_num_threads(1)
     ds = load_split_dataset("digits")
-    tasks = task_tensors(
+    tasks = task_inputs(
         split_benchmark(ds, k_shot=None, run=0, scenario=scenario), mean=ds.mean, std=ds.std, channels=1
     )
     settings = TrainSettings(optimizer="adam", lr=1e-3, epochs=2, batch_size=32)

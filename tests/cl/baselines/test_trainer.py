@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fastweights.cl.baselines.base import Strategy
-from fastweights.cl.baselines.trainer import TaskTensors, TrainSettings, accuracy, fit_stream, task_tensors
+from fastweights.cl.baselines.trainer import TaskInputs, TrainSettings, accuracy, fit_stream, task_inputs
 from fastweights.data.streams import Task
 from tests.cl.baselines._tiny import check_runs_and_deterministic, tiny_learner, tiny_tasks
 
@@ -15,7 +15,7 @@ from tests.cl.baselines._tiny import check_runs_and_deterministic, tiny_learner,
 class Recorder(Strategy):
     """Logs every hook call and measures each task's query accuracy by hand after each task."""
 
-    def __init__(self, tasks: list[TaskTensors]) -> None:
+    def __init__(self, tasks: list[TaskInputs]) -> None:
         self.calls: list[tuple[str, int]] = []
         self.tasks = tasks
         self.rows: list[list[float]] = []
@@ -126,7 +126,7 @@ def test_accuracy_matches_a_hand_count_and_restores_mode():
     assert accuracy(model, torch.zeros(0), torch.zeros(0, dtype=torch.long)) == 0.0
 
 
-def test_task_tensors_normalise_and_keep_labels():
+def test_task_inputs_normalise_and_keep_labels():
     rng = np.random.default_rng(0)
     task = Task(
         "0/1",
@@ -135,7 +135,7 @@ def test_task_tensors_normalise_and_keep_labels():
         rng.integers(0, 256, (3, 16, 16), dtype=np.uint8),
         np.array([1, 0, 1]),
     )
-    (tt,) = task_tensors([task], mean=0.5, std=0.25, channels=1)
+    (tt,) = task_inputs([task], mean=0.5, std=0.25, channels=1)
     assert tt.name == "0/1" and tt.x.shape == (4, 1, 16, 16) and tt.query_x.shape == (3, 1, 16, 16)
     assert tt.x.dtype == torch.float32 and tt.y.dtype == torch.int64
     torch.testing.assert_close(tt.x[:, 0], torch.from_numpy(task.support_images / 255.0 - 0.5).float() / 0.25)
@@ -147,7 +147,7 @@ def test_fit_stream_errors():
     with pytest.raises(ValueError, match="tasks: expected at least one task, given none"):
         fit_stream(model, [], Strategy(), s, seed=0)
     t = tiny_tasks(num_tasks=1)[0]
-    empty = TaskTensors("e", t.x[:0], t.y[:0], t.query_x, t.query_y)
+    empty = TaskInputs("e", t.x[:0], t.y[:0], t.query_x, t.query_y)
     with pytest.raises(ValueError, match=r"tasks\[0\] \(e\): expected training examples, given none"):
         fit_stream(model, [empty], Strategy(), s, seed=0)
 

@@ -19,7 +19,8 @@ def test_train_and_eval_write_the_results_report_and_curves(tmp_path, capsys):
     assert _train(run, "--eval") == 0
     res = json.loads((run / "results.json").read_text())
     r = res["rl"]
-    assert res["run"]["sequence_layer"] == "srwm"
+    assert res["run"]["core"] == "srwm"  # the config's key, model.core
+    assert res["run"]["sequence_layer"] == "srwm"  # the name every recipe's run section shares
     assert r["games"] == ["MiniGrid-Empty-Random-5x5-v0", "MiniGrid-LavaGapS5-v0"]
     assert [s["levels"] for s in r["test_splits"]] == [
         {"start": 1000, "count": 8},
@@ -40,6 +41,11 @@ def test_train_and_eval_write_the_results_report_and_curves(tmp_path, capsys):
     assert rand["levels"] == {"start": 1000, "count": 8}
     assert all(g["episodes"] == 4 for g in rand["games"].values())
     assert "Random policy (uniform actions) on levels 1000–1007" in report
+    assert report.startswith("# RL report: smoke (srwm)")
+    # results.json written before run.core existed (only run.sequence_layer) still gives the report
+    old = {**res, "run": {k: v for k, v in res["run"].items() if k != "core"}}
+    (tmp_path / "old").mkdir()
+    assert rl.write_report(old, tmp_path / "old").read_text().startswith("# RL report: smoke (srwm)")
 
 
 def test_compare_over_cores_writes_the_table(tmp_path, capsys):
@@ -50,12 +56,6 @@ def test_compare_over_cores_writes_the_table(tmp_path, capsys):
     assert "| ff |" in table and "| fake_srwm |" in table and "test levels" in table
     assert "| random policy (levels 1000–1003) | — |" in table
     assert (root / "comparison.png").exists()
-
-
-def test_normalised_score_uses_the_suite_constants():
-    assert rl.normalised_score("minigrid", "MiniGrid-DoorKey-5x5-v0", 0.25) == 0.25
-    assert rl.normalised_score("procgen", "maze", 7.5) == 0.5  # Cobbe et al. 2020 easy: (5, 10)
-    assert rl.normalised_score("procgen", "fruitbot", -1.5) == 0.0
 
 
 def _has_procgen() -> bool:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fastweights.checks import check_int
+from fastweights.train.modes import eval_mode
 
 from .base import Strategy, anchor, check_hparam
 from .per_sample import mean_over_samples, strided_subset
@@ -39,9 +40,7 @@ def fisher_diagonal(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
     """
     if len(x) == 0:
         raise ValueError("x: expected at least one example for the Fisher information, given none")
-    was = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             probs = torch.cat([F.softmax(model(x[i : i + 256]), -1) for i in range(0, len(x), 256)])
         fisher: dict[str, Tensor] = {}
@@ -49,8 +48,6 @@ def fisher_diagonal(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
             target = torch.full((len(x),), c, dtype=torch.long, device=x.device)
             part = mean_over_samples(model, x, target, _neg_log_prob, torch.square, weight=probs[:, c])
             fisher = accumulate(fisher or None, part)
-    finally:
-        model.train(was)
     return fisher
 
 

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_int
+from fastweights.train.modes import eval_mode
 
 from .base import Strategy, anchor, check_hparam
 from .per_sample import mean_over_samples, strided_subset
@@ -26,13 +27,9 @@ def output_sensitivity(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
     ``{name: param.shape}``. Raises ``ValueError`` naming ``x`` for an empty set."""
     if len(x) == 0:
         raise ValueError("x: expected at least one example for the MAS importance, given none")
-    was = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         dummy = torch.zeros(len(x), dtype=torch.long, device=x.device)  # ||f(x)||² needs no label
         return mean_over_samples(model, x, dummy, _squared_norm, torch.abs)
-    finally:
-        model.train(was)
 
 
 class MAS(Strategy):

@@ -19,13 +19,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fastweights.checks import check_choice, check_int, check_real
-from fastweights.cl.objective import to_model_images
+from fastweights.cl.tasks import to_model_images
 from fastweights.data.sources.base import Stat
 from fastweights.data.streams import Task
+from fastweights.train.modes import eval_mode
 
 from .base import Strategy
 
-__all__ = ["OPTIMIZERS", "TrainSettings", "TaskTensors", "task_tensors", "accuracy", "fit_stream"]
+__all__ = ["OPTIMIZERS", "TrainSettings", "TaskInputs", "task_inputs", "accuracy", "fit_stream"]
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -68,9 +69,10 @@ class TrainSettings:
 
 
 @dataclass(frozen=True)
-class TaskTensors:
-    """One task as model inputs: ``x`` float32 ``[N, C, S, S]`` / ``y`` int64 ``[N]`` to train on, and
-    ``query_x`` / ``query_y`` to test on."""
+class TaskInputs:
+    """One task of a stream as model inputs: ``x`` float32 ``[N, C, S, S]`` / ``y`` int64 ``[N]`` to
+    train on, and ``query_x`` / ``query_y`` to test on (no batch-of-sequences axis; cf. the in-context
+    learners' :class:`fastweights.cl.tasks.TaskTensors`)."""
 
     name: str
     x: Tensor
@@ -79,10 +81,10 @@ class TaskTensors:
     query_y: Tensor
 
 
-def task_tensors(tasks: Sequence[Task], *, mean: Stat, std: Stat, channels: int) -> list[TaskTensors]:
+def task_inputs(tasks: Sequence[Task], *, mean: Stat, std: Stat, channels: int) -> list[TaskInputs]:
     """uint8 :class:`~fastweights.data.streams.Task` objects → normalised float32 tensors (``(x/255 −
     mean) / std``, a channel axis for grayscale). Raises ``ValueError`` from
-    :func:`fastweights.cl.objective.to_model_images` for mismatched channels or statistics."""
+    :func:`fastweights.cl.tasks.to_model_images` for mismatched channels or statistics."""
 
     def conv(images: np.ndarray) -> Tensor:
         return to_model_images(images, mean, std, "cpu", channels=channels)
@@ -90,7 +92,7 @@ def task_tensors(tasks: Sequence[Task], *, mean: Stat, std: Stat, channels: int)
     out = []
     for t in tasks:
         out.append(
-            TaskTensors(
+            TaskInputs(
                 name=t.name,
                 x=conv(t.support_images),
                 y=torch.from_numpy(t.support_labels),
@@ -105,12 +107,10 @@ def task_tensors(tasks: Sequence[Task], *, mean: Stat, std: Stat, channels: int)
 def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch: int = 4096) -> float:
     """Fraction of ``x [N, ...]`` whose argmax logit is ``y [N]`` (model in eval mode, batches of
     ``batch``; the model's training mode is restored)."""
-    was = model.training
-    model.eval()
     correct = 0
-    for i in range(0, len(x), batch):
-        correct += int((model(x[i : i + batch]).argmax(-1) == y[i : i + batch]).sum())
-    model.train(was)
+    with eval_mode(model):
+        for i in range(0, len(x), batch):
+            correct += int((model(x[i : i + batch]).argmax(-1) == y[i : i + batch]).sum())
     return correct / max(len(x), 1)
 
 
@@ -141,7 +141,7 @@ def _train_task(
 
 def fit_stream(
     model: nn.Module,
-    tasks: Sequence[TaskTensors],
+    tasks: Sequence[TaskInputs],
     strategy: Strategy,
     settings: TrainSettings,
     *,

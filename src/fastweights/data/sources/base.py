@@ -2,7 +2,7 @@
 
 All images are stored as ``uint8`` arrays, grayscale ``[..., S, S]`` (white ink on black, ``0`` =
 background) or RGB channels-first ``[..., 3, S, S]``, and are normalised only when they are turned
-into model inputs (:func:`normalize`, ``fastweights.cl.objective.to_model_images``). Pixel statistics
+into model inputs (:func:`normalize`, ``fastweights.cl.tasks.to_model_images``). Pixel statistics
 (``mean``/``std`` of ``images / 255``) are a float for grayscale data and a tuple of 3 floats (one per
 channel) for RGB data.
 """

@@ -1,7 +1,7 @@
 """FontLetters and ColourDigits: small offline classification sets rendered from installed fonts.
 
 Offline stand-ins for two members of the "5-datasets" continual-learning benchmark (CIFAR-10, MNIST,
-Fashion-MNIST, SVHN, notMNIST; ACL paper App. A.8):
+Fashion-MNIST, SVHN, notMNIST; ACL paper App. A.2):
 
 - **FontLetters** (notMNIST analogue): the capital letters A-J, grayscale, white ink on black.
 - **ColourDigits** (SVHN analogue): the digits 0-9 in a random foreground colour on a random

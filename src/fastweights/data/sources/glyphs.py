@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fastweights.checks import check_count
 from fastweights.io import atomic_write_text, atomic_write_with
 
 from ._cache import default_cache_dir
@@ -37,17 +38,6 @@ __all__ = ["load_font_glyphs", "font_glyphs_info", "default_cache_dir", "SPLITS"
 log = logging.getLogger(__name__)
 CACHE_VERSION = 2  # bump whenever rendering or filtering changes: it is part of the cache key
 # 2: train pixel statistics for every split; held-out shape-correlation filter (``LEAKAGE_NCC``)
-
-
-def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or value < lo
-        or (hi is not None and value > hi)
-    ):
-        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name}: expected an int {rng}, given {value!r}")
 
 
 def _check_split_arg(name: str, value: object) -> float | tuple[str, ...]:
@@ -90,13 +80,13 @@ def _resolve(
     val_scripts: Any,
     test_scripts: Any,
 ) -> tuple[GlyphConfig, list, Path]:
-    _check_int("image_size", image_size, 8, 512)
-    _check_int("examples_per_class", examples_per_class, 1)
-    _check_int("max_classes_per_script", max_classes_per_script, 1)
+    check_count("image_size", image_size, 8, 512)
+    check_count("examples_per_class", examples_per_class, 1)
+    check_count("max_classes_per_script", max_classes_per_script, 1)
     if max_scripts is not None:
-        _check_int("max_scripts", max_scripts, 1)
-    _check_int("seed", seed, 0)
-    _check_int("workers", workers, 1)
+        check_count("max_scripts", max_scripts, 1)
+    check_count("seed", seed, 0)
+    check_count("workers", workers, 1)
     val, test = _check_split_arg("val_scripts", val_scripts), _check_split_arg("test_scripts", test_scripts)
     if isinstance(val, float) and isinstance(test, float) and val + test >= 1.0:
         raise ValueError(f"val_scripts + test_scripts: expected a sum < 1, given {val} + {test}")

@@ -5,7 +5,7 @@
 alternating from batch to batch, ACL paper §4.1), ACL loss (ACL paper §3, Eq. 6 generalised to T tasks),
 Adam with warm-up, periodic validation on the meta-validation classes of every domain, atomic best/latest
 checkpoints, resumable. ``train.init_from`` + ``train.num_tasks: 5`` + ``train.scenario`` is the 5-task
-meta-finetuning stage (domain- or class-incremental, ACL spec §4.4).
+meta-finetuning stage (domain- or class-incremental, ACL paper §4.3).
 ``evaluate``: few-shot accuracy and the in-context forgetting table for every pair of meta-test domains,
 the split benchmarks (5-task domain-incremental, 2-/5-task class-incremental: Split-Digits,
 Split-FashionMNIST, Split-Emoji, Split-MNIST) and the long-span Split-FontGlyphs tasks (see
@@ -50,7 +50,7 @@ from fastweights.recipes.acl.frozen import (
 )
 from fastweights.recipes.acl.paper_tables import forgetting_rows
 from fastweights.recipes.acl.report import write_report
-from fastweights.recipes.classifier import fit_classifier, sampling_streams
+from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
 from fastweights.recipes.reporting import pm
@@ -98,7 +98,7 @@ def _validate(
     checkpoint). Two domain-incremental tasks: the forgetting table of the two domains in both orders
     (one domain: A then B from it); otherwise ``train.num_tasks``-task sequences in both domain orders
     scored by the mean accuracy over all tasks after the last one (the reference's Split-MNIST
-    selection criterion, ACL spec §4.4)."""
+    selection criterion, on meta-validation classes instead of MNIST training images)."""
     common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device)
     if t.num_tasks == 2 and t.scenario == "domain":
         two = len(samplers) > 1
@@ -107,8 +107,7 @@ def _validate(
             samplers[0],
             sampler_b=samplers[1] if two else None,
             episodes=episodes,
-            batch_size=min(50, episodes),
-            seed=12345,
+            **validation_sampling(episodes),
             reverse=two,
             **common,
         )
@@ -130,8 +129,7 @@ def _validate(
                 order=order,
                 episodes=max(1, episodes // len(orders)),
                 scenario=t.scenario,
-                batch_size=min(50, episodes),
-                seed=12345 + k,
+                **validation_sampling(episodes, seed_offset=k),
                 **common,
             )
             for k, order in enumerate(orders)
@@ -167,9 +165,10 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
 
     Each training sequence holds ``train.num_tasks`` tasks; with several domains (``data.sources``)
     task ``t`` of step ``s`` comes from domain ``(t - s) mod #domains`` (the order alternates from
-    batch to batch, ACL spec §4.2/§4.3), or with ``train.sequence_domains: single`` every task of step
-    ``s`` from domain ``s mod #domains``. ``train.init_from`` starts from another run's weights (5-task
-    meta-finetuning, spec §4.4; label columns and output rows mapped by class index).
+    batch to batch, as in automated-cl's 2- and 3-task training), or with ``train.sequence_domains:
+    single`` every task of step ``s`` from domain ``s mod #domains``. ``train.init_from`` starts from
+    another run's weights (5-task meta-finetuning, ACL paper §4.3; label columns and output rows mapped
+    by class index).
     Stops at ``train.max_steps`` or after ``train.max_minutes`` of wall-clock time (validation
     included), whichever comes first. With ``resume`` the latest checkpoint continues exactly
     (model, optimiser, schedule, step, elapsed time and every random state); Ctrl-C saves it first.

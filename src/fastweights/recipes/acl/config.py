@@ -72,11 +72,11 @@ class TrainConfig(OptimConfig):
     init_from: str = ""  # checkpoint whose model weights initialise this run (ACL paper's meta-finetuning)
     num_tasks: int = 2
     #: "domain": every task uses labels from ``label_space`` (domain-incremental); "class": the labels of
-    #: task t (0-based) are shifted by ``n_way * t`` (class-incremental, ACL spec §4.4)
+    #: task t (0-based) are shifted by ``n_way * t`` (class-incremental, ACL paper §4.3)
     scenario: str = "domain"
     #: with several domains: "alternate" — task t of step s from domain (t - s) mod D (the 2-/3-task
-    #: protocol, ACL spec §4.2/§4.3); "single" — all tasks of a sequence from domain s mod D (the 5-task
-    #: meta-finetuning draws its tasks from one data set, spec §4.4)
+    #: protocol of automated-cl); "single" — all tasks of a sequence from domain s mod D (the reference's
+    #: 5-task meta-finetuning draws all its tasks from one data set, Omniglot)
     sequence_domains: str = "alternate"
     acl_loss: bool = True  # False: the no-ACL ablation (no backward-transfer terms)
     first_shot_loss: bool = False  # the reference's auxiliary loss (ACL App. A.6), off by default
@@ -113,7 +113,7 @@ class EvalConfig:
     long_span_tasks: list[int] = field(default_factory=list)
     batch_size: int = 50
     seed: int = 1234
-    #: the ACL paper's "mini" class-incremental sequences (App. A.8; frozen backbones only): five 2-way
+    #: the ACL paper's "mini" class-incremental sequences (§4.3, Table 4; frozen backbones only): five 2-way
     #: tasks, "five_datasets" (the first two classes of each of ``mini_datasets``) and/or "emoji" (mini
     #: Split-Emoji); split_runs / split_k_shot / split_query_per_class (emoji queries) apply
     mini_benchmarks: list[str] = field(default_factory=list)

@@ -181,7 +181,7 @@ def split_table(results: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     return header, rows
 
 
-# The ACL paper's text (shared/spec/srwm_acl.md §5.7): Split-Omniglot domain-incremental with the Split-MNIST
+# Stated in the ACL paper's text (Irie et al. 2025): Split-Omniglot domain-incremental with the Split-MNIST
 # ACL model, ACC mean ± std (%/100) by number of tasks.
 OMNIGLOT_REFERENCE: dict[int, tuple[float, float]] = {
     5: (0.923, 0.004),

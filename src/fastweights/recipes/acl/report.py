@@ -240,7 +240,7 @@ def _section_long_span(results: Mapping[str, Any], plots: Path) -> tuple[list[st
 
 
 def _section_mini(name: str, res: Mapping[str, Any]) -> list[str]:
-    """One "mini" class-incremental sequence (ACL paper App. A.8): per task, the ACL model and the
+    """One "mini" class-incremental sequence (ACL paper §4.3, Table 4): per task, the ACL model and the
     nearest-class-mean classifier on the same frozen features, after the whole sequence and alone."""
     acl, ncm = res["acl"], res["ncm"]
     n_way, tasks = int(res["n_way"]), int(res["num_tasks"])

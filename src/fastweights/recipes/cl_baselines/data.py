@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastweights.cl.baselines.trainer import TaskTensors, task_tensors
+from fastweights.cl.baselines.trainer import TaskInputs, task_inputs
 from fastweights.data.registry import PoolConfig, load_pools_for, load_split_dataset
 from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.streams import (
@@ -89,9 +89,9 @@ class Streams:
     def __init__(self, data: Benchmark, d: DataConfig, val_fraction: float) -> None:
         self.data, self.d, self.frac = data, d, val_fraction
         self.val = validation_copy(data, d, val_fraction)
-        self._full: dict[tuple[str, bool], list[TaskTensors]] = {}
+        self._full: dict[tuple[str, bool], list[TaskInputs]] = {}
 
-    def get(self, variant: str, budget: str, run: int, validation: bool = False) -> list[TaskTensors]:
+    def get(self, variant: str, budget: str, run: int, validation: bool = False) -> list[TaskInputs]:
         if budget == "full":
             key = (variant, validation)
             if key not in self._full:
@@ -99,7 +99,7 @@ class Streams:
             return self._full[key]
         return self._make(variant, self.d.k_shot, run, validation)
 
-    def _make(self, variant: str, k: int | None, run: int, validation: bool) -> list[TaskTensors]:
+    def _make(self, variant: str, k: int | None, run: int, validation: bool) -> list[TaskInputs]:
         data = self.val if validation else self.data
         return _tensors(data, _tasks(data, self.d, variant, k, run, validation, self.frac))
 
@@ -116,5 +116,5 @@ def _tasks(
     return split_benchmark(data, k_shot=k, run=run, scenario=scenario, class_groups=SPLIT_PAIRS[:num_tasks])
 
 
-def _tensors(data: Benchmark, tasks: list[Any]) -> list[TaskTensors]:
-    return task_tensors(tasks, mean=data.mean, std=data.std, channels=data.channels)
+def _tensors(data: Benchmark, tasks: list[Any]) -> list[TaskInputs]:
+    return task_inputs(tasks, mean=data.mean, std=data.std, channels=data.channels)

@@ -23,7 +23,7 @@ from fastweights.data.registry import load_pools_for
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.classifier import fit_classifier, sampling_streams
+from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.fewshot.config import FewShotConfig
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
@@ -79,8 +79,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
             k_shot=t.k_shot,
             episodes=t.val_episodes,
             runs=1,
-            batch_size=min(50, t.val_episodes),
-            seed=12345,
+            **validation_sampling(t.val_episodes),
             device=device,
         )
         return {"val_acc": res["accuracy"]}

@@ -6,8 +6,12 @@ synchronous batched actor and V-trace updates with RMSProp (linearly decayed lea
 atomic best/latest checkpoints (environments and the carried core state included), exactly resumable
 on CPU.
 ``evaluate``: greedy episodes on each ``eval.splits`` level range (unseen) and on the training levels →
-per-game mean returns and normalised scores, ``results.json``, ``report.md`` and learning curves
-(frames vs return, training vs test levels).
+per-game mean returns and normalised scores, ``results.json`` (the evaluated core under ``run.core``,
+the config's key ``model.core``), ``report.md`` and learning curves (frames vs return, training vs test
+levels).
+
+The domain (the suite table, normalisation constants, environments, level scoring) is
+:mod:`fastweights.rl.suites`; this module wires the config to it.
 """
 
 from __future__ import annotations
@@ -35,16 +39,18 @@ from fastweights.recipes.run import (
 from fastweights.rl.agent import Agent
 from fastweights.rl.cores import CORES, Core
 from fastweights.rl.encoders import make_encoder
-from fastweights.rl.envs import MINIGRID_ACTIONS, MINIGRID_OBS_SHAPE, MiniGridVecEnv, VecEnv
-from fastweights.rl.procgen import (
-    PROCGEN_ACTIONS,
-    PROCGEN_NORMALISATION,
-    PROCGEN_OBS_SHAPE,
-    ProcgenVecEnv,
+from fastweights.rl.envs import VecEnv
+from fastweights.rl.rollout import Actor, learner_loss
+from fastweights.rl.suites import (
+    level_scores,
+    make_env,
+    mean_normalised,
+    normalisation_constants,
+    normalised_score,
+    suite_spec,
 )
-from fastweights.rl.rollout import Actor, evaluate_greedy, evaluate_random, learner_loss
 
-__all__ = [*RECIPE_MEMBERS, "MODELS", "NORMALISATION", "SUITE_SPECS", "normalised_score", "make_env"]
+__all__ = [*RECIPE_MEMBERS, "MODELS", "env_of"]
 
 NAME = "rl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = RLConfig
@@ -53,30 +59,8 @@ MODELS = CORES  # the names `compare --models` accepts
 
 log = logging.getLogger(__name__)
 
-#: (R_min, R_max) per game (or per suite, for its games without their own) for the normalised score
-#: (R − R_min) / (R_max − R_min). MiniGrid: an episode returns 1 − 0.9 · steps / max_steps on success
-#: and 0 otherwise (minigrid's reward), so (0, 1). ProcGen: Cobbe et al. 2020's easy-mode constants.
-NORMALISATION: dict[str, tuple[float, float]] = {"minigrid": (0.0, 1.0), **PROCGEN_NORMALISATION}
 
-#: Per suite: (observation shape, number of actions, the encoder ``model.encoder: auto`` picks).
-SUITE_SPECS: dict[str, tuple[tuple[int, ...], int, str]] = {
-    "minigrid": (MINIGRID_OBS_SHAPE, MINIGRID_ACTIONS, "minigrid"),
-    "procgen": (PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, "impala"),
-}
-
-
-def normalisation_constants(suite: str, game: str) -> tuple[float, float]:
-    """``(R_min, R_max)`` of ``game``: its own in :data:`NORMALISATION`, else its suite's."""
-    return NORMALISATION[game] if game in NORMALISATION else NORMALISATION[suite]
-
-
-def normalised_score(suite: str, game: str, mean_return: float) -> float:
-    """``(R − R_min) / (R_max − R_min)`` with :data:`NORMALISATION`'s constants for ``game``."""
-    r_min, r_max = normalisation_constants(suite, game)
-    return (mean_return - r_min) / (r_max - r_min)
-
-
-def make_env(
+def env_of(
     cfg: RLConfig,
     levels: LevelsConfig,
     envs_per_game: int | None = None,
@@ -84,24 +68,25 @@ def make_env(
     evaluation: bool = False,
     seed: int = 0,
 ) -> VecEnv:
-    """The vectorised environments of ``cfg.env`` on ``levels``: ``cfg.env.num_envs`` in training (levels
-    drawn uniformly), ``envs_per_game`` per game in evaluation. MiniGrid's evaluation visits every level
-    once before repeating one; ProcGen draws levels itself, uniformly, in evaluation too (as the
-    reference protocol: ``num_levels=200, start_level=1000``, 200 episodes).
+    """:func:`fastweights.rl.suites.make_env` of ``cfg.env`` on ``levels``: ``cfg.env.num_envs``
+    environments in training, ``envs_per_game`` per game in evaluation (``evaluation=True``).
 
     Raises:
-        ValueError: naming ``env.games`` / ``env.num_envs`` for games the suite does not have.
+        ValueError: the library's error with the config section's prefix (``env.games: …``,
+            ``env.num_envs: …``).
         ImportError: when the suite's package is not installed.
     """
     e = cfg.env
     n = e.num_envs if envs_per_game is None else envs_per_game * len(e.games)
     try:
-        if e.suite == "procgen":
-            return ProcgenVecEnv(
-                list(e.games), n, levels.level_set(), seed=seed, distribution_mode=e.distribution_mode
-            )
-        return MiniGridVecEnv(
-            list(e.games), n, levels.level_set(), seed=seed, draw="cycle" if evaluation else "uniform"
+        return make_env(
+            e.suite,
+            e.games,
+            n,
+            levels.level_set(),
+            seed=seed,
+            evaluation=evaluation,
+            distribution_mode=e.distribution_mode,
         )
     except ValueError as err:
         raise ValueError(f"env.{err}") from None
@@ -110,7 +95,7 @@ def make_env(
 def build_model(cfg: RLConfig) -> Agent:
     """The agent of ``cfg.model`` for ``cfg.env``'s observations and actions."""
     m = cfg.model
-    obs_shape, num_actions, auto_encoder = SUITE_SPECS[cfg.env.suite]
+    obs_shape, num_actions, auto_encoder = suite_spec(cfg.env.suite)
     encoder = make_encoder(auto_encoder if m.encoder == "auto" else m.encoder, obs_shape, m.feature_dim)
     core = Core(
         m.core,
@@ -136,31 +121,21 @@ def _level_scores(
     episodes: int,
     envs_per_game: int,
 ) -> dict[str, dict[str, float]]:
-    """Per game: mean / std of the greedy returns over ``episodes`` episodes and its normalised score
-    (``agent=None``: uniformly random actions, the random-policy reference)."""
-    env = make_env(cfg, levels, envs_per_game, evaluation=True)
+    """:func:`fastweights.rl.suites.level_scores` of ``cfg`` on ``levels``: ``episodes`` episodes per
+    game, ``envs_per_game`` evaluation environments per game (``agent=None``: the random policy, seeded
+    with ``train.seed``)."""
+    env = env_of(cfg, levels, envs_per_game, evaluation=True)
     try:
-        if agent is None:
-            returns = evaluate_random(env, episodes // envs_per_game, seed=cfg.train.seed)
-        else:
-            returns = evaluate_greedy(
-                agent, env, episodes // envs_per_game, reward_clip=cfg.train.reward_clip
-            )
+        return level_scores(
+            agent,
+            env,
+            cfg.env.suite,
+            episodes // envs_per_game,
+            reward_clip=cfg.train.reward_clip,
+            seed=cfg.train.seed,
+        )
     finally:
         env.close()
-    return {
-        game: {
-            "mean_return": statistics.fmean(r),
-            "std_return": statistics.pstdev(r),
-            "episodes": len(r),
-            "normalised": normalised_score(cfg.env.suite, game, statistics.fmean(r)),
-        }
-        for game, r in returns.items()
-    }
-
-
-def _mean_normalised(scores: dict[str, dict[str, float]]) -> float:
-    return statistics.fmean(s["normalised"] for s in scores.values())
 
 
 def _fit(run: RecipeRun) -> dict[str, Any]:
@@ -196,7 +171,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         scores = _level_scores(
             cfg, agent, cfg.env.val_levels, t.val_episodes * cfg.eval.envs_per_game, cfg.eval.envs_per_game
         )
-        record = {"val_score": _mean_normalised(scores)}
+        record = {"val_score": mean_normalised(scores)}
         for game, s in scores.items():
             record[f"val_return/{game}"] = s["mean_return"]
         for game in cfg.env.games:
@@ -234,7 +209,7 @@ def _measure(cfg: RLConfig, state: dict[str, Any], model: Agent, device: Any) ->
     splits = []
     for split in e.splits:
         scores = _level_scores(cfg, model, split, e.episodes, e.envs_per_game)
-        splits.append({"levels": asdict(split), "games": scores, "score": _mean_normalised(scores)})
+        splits.append({"levels": asdict(split), "games": scores, "score": mean_normalised(scores)})
     test_games = {g: statistics.fmean(s["games"][g]["normalised"] for s in splits) for g in cfg.env.games}
     out: dict[str, Any] = {
         "suite": cfg.env.suite,
@@ -248,11 +223,12 @@ def _measure(cfg: RLConfig, state: dict[str, Any], model: Agent, device: Any) ->
     if e.train_episodes:
         train = _level_scores(cfg, model, cfg.env.train_levels, e.train_episodes, e.envs_per_game)
         out["train_levels"] = train
-        out["train_score"] = _mean_normalised(train)
+        out["train_score"] = mean_normalised(train)
     if e.random_policy:
         rand = _level_scores(cfg, None, e.splits[0], e.episodes, e.envs_per_game)
-        out["random_policy"] = {"levels": asdict(e.splits[0]), "games": rand, "score": _mean_normalised(rand)}
-    return {"rl": out}
+        out["random_policy"] = {"levels": asdict(e.splits[0]), "games": rand, "score": mean_normalised(rand)}
+    # the core under the config's key (model.core); run.sequence_layer keeps the contract's shared name
+    return {"run": {"core": cfg.model.core}, "rl": out}
 
 
 def _curves(run_dir: Path, prefix: str) -> dict[str, list[tuple[float, float]]]:
@@ -263,6 +239,12 @@ def _curves(run_dir: Path, prefix: str) -> dict[str, list[tuple[float, float]]]:
             if key.startswith(prefix):
                 curves.setdefault(key[len(prefix) :], []).append((r["frames"], value))
     return curves
+
+
+def _core(run: dict[str, Any]) -> str:
+    """The evaluated core of a ``results.json`` run section: ``core``, or ``sequence_layer`` in results
+    written before ``core`` was recorded."""
+    return run["core"] if "core" in run else run["sequence_layer"]
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
@@ -287,7 +269,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
             row.append(f"{rl['train_levels'][g]['mean_return']:.3f}")
         rows.append(row)
     lines = [
-        f"# RL report: {run['preset']} ({run['sequence_layer']})",
+        f"# RL report: {run['preset']} ({_core(run)})",
         "",
         *run_header(run, f"; {rl['frames']:,} training frames"),
         "",
@@ -317,7 +299,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
             out_dir / "plots" / "returns.png",
             xlabel="training frames",
             ylabel="mean episode return",
-            title=f"{run['sequence_layer']}: greedy on validation levels, sampled on training levels",
+            title=f"{_core(run)}: greedy on validation levels, sampled on training levels",
         )
         lines += ["", f"![returns]({png.relative_to(out_dir)})"]
     path = out_dir / "report.md"
@@ -383,7 +365,7 @@ def summary(results: dict[str, Any]) -> str:
     return f"{head}: normalised score ×100 test {100 * rl['test_score']:.1f}{train}"
 
 
-train = train_verb(_fit, load_data=lambda c, _: make_env(c, c.env.train_levels, seed=c.train.seed))
+train = train_verb(_fit, load_data=lambda c, _: env_of(c, c.env.train_levels, seed=c.train.seed))
 
 evaluate = evaluate_verb(
     _measure,

@@ -11,6 +11,7 @@ from fastweights.rl.encoders import ENCODERS
 from fastweights.rl.envs import LevelSet
 from fastweights.rl.procgen import DISTRIBUTION_MODES, PROCGEN_GAMES
 from fastweights.rl.rollout import REWARD_CLIPS
+from fastweights.rl.suites import SUITES
 from fastweights.train.loop import LoopConfig
 
 __all__ = [
@@ -21,9 +22,7 @@ __all__ = [
     "RLTrainConfig",
     "RLEvalConfig",
     "RLConfig",
-]
-
-SUITES = ("minigrid", "procgen")  # procgen: the optional extra procgen2 (pip install -e '.[rl]')
+]  # SUITES: re-exported from fastweights.rl.suites (the choices of env.suite)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from fastweights.data.registry import load_pools_for
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.classifier import fit_classifier, sampling_streams
+from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
 from fastweights.recipes.contract import RECIPE_MEMBERS
 from fastweights.recipes.reporting import run_header
 from fastweights.recipes.run import (
@@ -87,8 +87,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
             n_way=t.n_way,
             k_shot=t.k_shot,
             episodes=t.val_episodes,
-            batch_size=min(50, t.val_episodes),
-            seed=12345,
+            **validation_sampling(t.val_episodes),
             device=device,
         )
         return {"val_acc": res["accuracy"], "val_task1": res["per_task"][0], "val_task2": res["per_task"][1]}
