@@ -38,3 +38,15 @@ def _seed():
 # on two cores use the machine better than one process with two threads (most tests are small ops).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory) -> Path:
+    """One data cache (rendered glyphs and emoji, decoded benchmarks) for the whole test session: its
+    entries are keyed by what they hold and written atomically, so the recipe tests that read the same
+    smoke data share one build. Under pytest-xdist the folder is beside the workers' base folders, so
+    the workers share it too. Tests of the cache itself use their own folders."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "data-cache"
+    path.mkdir(exist_ok=True)
+    return path

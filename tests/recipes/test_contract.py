@@ -68,10 +68,10 @@ def test_vary_and_models_name_the_runs():
 _SMALL_ACL = ["train.max_steps=2", "eval.episodes=4", "eval.split_benchmarks=[digits]"]
 
 
-def test_acl_compare_models_writes_one_table(tmp_path, capsys):
+def test_acl_compare_models_writes_one_table(tmp_path, capsys, data_cache):
     root = tmp_path / "cmp"
     args = ["acl", "compare", "--models", "srwm,lstm", "--preset", "smoke", "--run-root", str(root)]
-    assert main([*args, f"data.cache_dir={tmp_path / 'c'}", *_SMALL_ACL]) == 0
+    assert main([*args, f"data.cache_dir={data_cache}", *_SMALL_ACL]) == 0
     out = capsys.readouterr().out
     assert "| srwm |" in out and "| lstm |" in out and "A after A→B" in out
     table = json.loads((root / "comparison.json").read_text())
@@ -82,7 +82,7 @@ def test_acl_compare_models_writes_one_table(tmp_path, capsys):
     assert (root / "comparison.md").exists() and (root / "comparison.png").stat().st_size > 0
 
 
-def test_compare_vary_runs_the_acl_ablation(tmp_path, capsys):
+def test_compare_vary_runs_the_acl_ablation(tmp_path, capsys, data_cache):
     root = tmp_path / "ablation"
     args = [
         "acl",
@@ -94,7 +94,7 @@ def test_compare_vary_runs_the_acl_ablation(tmp_path, capsys):
         "--run-root",
         str(root),
     ]
-    assert main([*args, f"data.cache_dir={tmp_path / 'c'}", *_SMALL_ACL]) == 0
+    assert main([*args, f"data.cache_dir={data_cache}", *_SMALL_ACL]) == 0
     table = json.loads((root / "comparison.json").read_text())
     assert [r[0] for r in table["rows"]] == ["acl_loss=true", "acl_loss=false"]
     assert [table["results"][k]["run"]["acl_loss"] for k in ("acl_loss=true", "acl_loss=false")] == [
@@ -121,12 +121,12 @@ def test_every_recipe_has_train_precision(name):
 
 
 @pytest.mark.parametrize("name", ["fewshot", "lm", "rl"])
-def test_a_bf16_smoke_run_trains(tmp_path, name):
+def test_a_bf16_smoke_run_trains(tmp_path, name, data_cache):
     import json
 
     from fastweights.cli import main
 
-    data = [] if name == "rl" else [f"data.cache_dir={tmp_path / 'cache'}"]
+    data = [] if name == "rl" else [f"data.cache_dir={data_cache}"]
     run = tmp_path / "run"
     args = [name, "train", "--preset", "smoke", "--run-dir", str(run), *data, "train.precision=bf16"]
     assert main([*args, "train.threads=1"]) == 0

@@ -19,20 +19,16 @@ RECIPES = {
 }
 
 
-def _cfg(recipe, tmp_path, *overrides):
+def _cfg(recipe, data_cache, *overrides):
     _, cls, data = RECIPES[recipe]
-    return load_config(
-        cls, preset_path(recipe, "smoke"), [f"{data}.cache_dir={tmp_path / 'cache'}", *overrides]
-    )
+    return load_config(cls, preset_path(recipe, "smoke"), [f"{data}.cache_dir={data_cache}", *overrides])
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_cli_train_then_eval_writes_run_folder(recipe, tmp_path):
+def test_cli_train_then_eval_writes_run_folder(recipe, tmp_path, data_cache):
     run = tmp_path / "run"
     data = RECIPES[recipe][2]
-    rc = main(
-        [recipe, "train", "--preset", "smoke", "--run-dir", str(run), f"{data}.cache_dir={tmp_path / 'c'}"]
-    )
+    rc = main([recipe, "train", "--preset", "smoke", "--run-dir", str(run), f"{data}.cache_dir={data_cache}"])
     assert rc == 0
     for name in (
         "config.yaml",
@@ -68,13 +64,13 @@ def test_cli_train_then_eval_writes_run_folder(recipe, tmp_path):
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_resume_continues_exactly(recipe, tmp_path):
+def test_resume_continues_exactly(recipe, tmp_path, data_cache):
     module = RECIPES[recipe][0]
-    module.train(_cfg(recipe, tmp_path, "train.max_steps=6"), tmp_path / "one")
-    module.train(_cfg(recipe, tmp_path, "train.max_steps=4"), tmp_path / "two")
+    module.train(_cfg(recipe, data_cache, "train.max_steps=6"), tmp_path / "one")
+    module.train(_cfg(recipe, data_cache, "train.max_steps=4"), tmp_path / "two")
     cfg_path = tmp_path / "two" / "config.yaml"
     cfg_path.write_text(cfg_path.read_text().replace("max_steps: 4", "max_steps: 6"))
-    module.train(_cfg(recipe, tmp_path), tmp_path / "two", resume=True)
+    module.train(_cfg(recipe, data_cache), tmp_path / "two", resume=True)
     a = torch.load(tmp_path / "one" / "checkpoints" / "latest.pt", weights_only=False)
     b = torch.load(tmp_path / "two" / "checkpoints" / "latest.pt", weights_only=False)
     assert a["step"] == b["step"] == 6
@@ -82,32 +78,32 @@ def test_resume_continues_exactly(recipe, tmp_path):
         torch.testing.assert_close(v, b["model"][k], rtol=0, atol=0, msg=k)
 
 
-def test_train_refuses_existing_run_without_resume(tmp_path):
-    fewshot.train(_cfg("fewshot", tmp_path, "train.max_steps=2"), tmp_path / "run")
+def test_train_refuses_existing_run_without_resume(tmp_path, data_cache):
+    fewshot.train(_cfg("fewshot", data_cache, "train.max_steps=2"), tmp_path / "run")
     with pytest.raises(FileExistsError, match="run_dir"):
-        fewshot.train(_cfg("fewshot", tmp_path, "train.max_steps=2"), tmp_path / "run")
+        fewshot.train(_cfg("fewshot", data_cache, "train.max_steps=2"), tmp_path / "run")
 
 
-def test_bad_settings_are_rejected(tmp_path, capsys, monkeypatch):
+def test_bad_settings_are_rejected(tmp_path, capsys, monkeypatch, data_cache):
     with pytest.raises(ValueError, match="train.n_way"):
-        fewshot.train(_cfg("fewshot", tmp_path, "train.n_way=6"), tmp_path / "a")
+        fewshot.train(_cfg("fewshot", data_cache, "train.n_way=6"), tmp_path / "a")
     with pytest.raises(ValueError, match="train.max_trim"):
-        sequential.train(_cfg("sequential", tmp_path, "train.max_trim=20"), tmp_path / "b")
+        sequential.train(_cfg("sequential", data_cache, "train.max_trim=20"), tmp_path / "b")
     with pytest.raises(ValueError, match="data.source"):
-        fewshot.train(_cfg("fewshot", tmp_path, "data.source=imagenet21k"), tmp_path / "c")
+        fewshot.train(_cfg("fewshot", data_cache, "data.source=imagenet21k"), tmp_path / "c")
     monkeypatch.delenv("FASTWEIGHTS_DATA", raising=False)
     with pytest.raises(ValueError, match=r"domain_b.root: expected the local folder holding the 'omniglot'"):
-        sequential.train(_cfg("sequential", tmp_path, "domain_b.source=omniglot"), tmp_path / "d")
+        sequential.train(_cfg("sequential", data_cache, "domain_b.source=omniglot"), tmp_path / "d")
     assert main(["fewshot", "train", "--preset", "nope"]) == 2
     assert "available presets" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_compare_trains_each_model_and_writes_one_table(recipe, tmp_path, capsys):
+def test_compare_trains_each_model_and_writes_one_table(recipe, tmp_path, capsys, data_cache):
     data = RECIPES[recipe][2]
     root = tmp_path / "cmp"
     args = [recipe, "compare", "--models", "srwm,lstm", "--preset", "smoke", "--run-root", str(root)]
-    assert main([*args, f"{data}.cache_dir={tmp_path / 'c'}", "train.max_steps=3", "eval.episodes=4"]) == 0
+    assert main([*args, f"{data}.cache_dir={data_cache}", "train.max_steps=3", "eval.episodes=4"]) == 0
     out = capsys.readouterr().out
     assert "| srwm |" in out and "| lstm |" in out
     table = json.loads((root / "comparison.json").read_text())
@@ -122,10 +118,10 @@ def test_compare_trains_each_model_and_writes_one_table(recipe, tmp_path, capsys
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_curriculum_stages_are_used(recipe, tmp_path):
+def test_curriculum_stages_are_used(recipe, tmp_path, data_cache):
     module = RECIPES[recipe][0]
     stage = "train.curriculum=[{until_step: 3, n_way: 2, k_shot: 2}]"
-    module.train(_cfg(recipe, tmp_path, stage), tmp_path / "run")
+    module.train(_cfg(recipe, data_cache, stage), tmp_path / "run")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     final_shot = 1 if recipe == "fewshot" else 4
     assert [(r["n_way"], r["k_shot"]) for r in records] == [(2, 2), (5, final_shot)]

@@ -113,10 +113,10 @@ _CHAINS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["acl", "fewshot", "rl", "rl-procgen"])
-def test_kill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path, recipe):
+def test_kill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path, recipe, data_cache):
     if recipe == "rl-procgen":
         pytest.importorskip("procgen", reason="procgen2 (the optional extra .[rl]) is not installed")
-    cache = tmp_path / "cache"
+    cache = data_cache
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(_args(recipe, ref, cache)) == 0
     for i, (kind, nth) in enumerate(_CHAINS[recipe]):
@@ -167,10 +167,18 @@ def _cb_numbers(run):
     }
 
 
-@pytest.mark.slow
-def test_cl_baselines_killed_at_cell_writes_then_resumed_equals_the_uninterrupted_run(tmp_path):
-    ref, run = tmp_path / "ref", tmp_path / "run"
+@pytest.fixture(scope="module")
+def cb_reference(tmp_path_factory):
+    """The numbers of an uninterrupted cl-baselines run in one process (``workers=2`` gives the same
+    numbers: tests/recipes/cl_baselines/test_cl_baselines.py), shared by the two kill tests below."""
+    ref = tmp_path_factory.mktemp("cb") / "ref"
     assert main(_cb_args(ref)) == 0
+    return _cb_numbers(ref)
+
+
+@pytest.mark.slow
+def test_cl_baselines_killed_at_cell_writes_then_resumed_equals_the_uninterrupted_run(tmp_path, cb_reference):
+    run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     for i, (kind, nth) in enumerate([("after", 3), ("inside", 2), ("before", 4)]):
         args = _cb_args(run, *(["--resume"] if i else []))
@@ -182,7 +190,7 @@ def test_cl_baselines_killed_at_cell_writes_then_resumed_equals_the_uninterrupte
         )
         assert proc.returncode == -signal.SIGKILL, (kind, nth, proc.stderr[-2000:])
     assert main([*_cb_args(run), "--resume"]) == 0
-    assert _cb_numbers(run) == _cb_numbers(ref)
+    assert _cb_numbers(run) == cb_reference
     assert not list(run.rglob(".*.tmp"))
 
 
@@ -193,11 +201,10 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux")
-def test_cl_baselines_workers_die_with_a_killed_run_and_resume_matches(tmp_path):
+def test_cl_baselines_workers_die_with_a_killed_run_and_resume_matches(tmp_path, cb_reference):
     import time
 
-    ref, run = tmp_path / "ref", tmp_path / "run"
-    assert main(_cb_args(ref, "workers=2")) == 0
+    run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "fastweights.cli", *_cb_args(run, "workers=2")],
@@ -220,4 +227,4 @@ def test_cl_baselines_workers_die_with_a_killed_run_and_resume_matches(tmp_path)
     ]
     assert workers and not alive
     assert main([*_cb_args(run, "workers=2"), "--resume"]) == 0
-    assert _cb_numbers(run) == _cb_numbers(ref)
+    assert _cb_numbers(run) == cb_reference

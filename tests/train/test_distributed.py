@@ -121,8 +121,8 @@ def _log(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_two_rank_recipe_run_resumes_exactly(tmp_path):
-    cache = tmp_path / "cache"
+def test_a_two_rank_recipe_run_resumes_exactly(tmp_path, data_cache):
+    cache = data_cache
     base = ["fewshot", "train", "--preset", "smoke", f"data.cache_dir={cache}", "train.threads=1"]
     full, split = tmp_path / "full", tmp_path / "split"
     res = _torchrun([*base, "--run-dir", str(full)])

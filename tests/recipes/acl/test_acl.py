@@ -14,17 +14,13 @@ from fastweights.recipes import acl
 from fastweights.recipes.acl.config import ACLConfig
 
 
-def _cfg(tmp_path, *overrides):
-    return load_config(
-        ACLConfig, preset_path("acl", "smoke"), [f"data.cache_dir={tmp_path / 'cache'}", *overrides]
-    )
+def _cfg(data_cache, *overrides):
+    return load_config(ACLConfig, preset_path("acl", "smoke"), [f"data.cache_dir={data_cache}", *overrides])
 
 
-def test_cli_train_then_eval_writes_run_folder(tmp_path):
+def test_cli_train_then_eval_writes_run_folder(tmp_path, data_cache):
     run = tmp_path / "run"
-    rc = main(
-        ["acl", "train", "--preset", "smoke", "--run-dir", str(run), f"data.cache_dir={tmp_path / 'cache'}"]
-    )
+    rc = main(["acl", "train", "--preset", "smoke", "--run-dir", str(run), f"data.cache_dir={data_cache}"])
     assert rc == 0
     for name in (
         "config.yaml",
@@ -47,21 +43,21 @@ def test_cli_train_then_eval_writes_run_folder(tmp_path):
     assert (run / "report.md").exists() and any((run / "plots").glob("*.png"))
 
 
-def test_train_refuses_existing_run_without_resume(tmp_path):
-    cfg = _cfg(tmp_path, "train.max_steps=2")
+def test_train_refuses_existing_run_without_resume(tmp_path, data_cache):
+    cfg = _cfg(data_cache, "train.max_steps=2")
     acl.train(cfg, tmp_path / "run")
     with pytest.raises(FileExistsError, match="--resume"):
         acl.train(cfg, tmp_path / "run")
 
 
-def test_resume_continues_exactly(tmp_path):
+def test_resume_continues_exactly(tmp_path, data_cache):
     """4 steps + resume to 6 steps gives the same weights as 6 uninterrupted steps."""
-    acl.train(_cfg(tmp_path, "train.max_steps=6", "train.synthetic_steps=2"), tmp_path / "one")
-    acl.train(_cfg(tmp_path, "train.max_steps=4", "train.synthetic_steps=2"), tmp_path / "two")
+    acl.train(_cfg(data_cache, "train.max_steps=6", "train.synthetic_steps=2"), tmp_path / "one")
+    acl.train(_cfg(data_cache, "train.max_steps=4", "train.synthetic_steps=2"), tmp_path / "two")
     # the resumed run reads its saved config; raise its step budget the way a user would
     cfg_path = tmp_path / "two" / "config.yaml"
     cfg_path.write_text(cfg_path.read_text().replace("max_steps: 4", "max_steps: 6"))
-    acl.train(_cfg(tmp_path), tmp_path / "two", resume=True)
+    acl.train(_cfg(data_cache), tmp_path / "two", resume=True)
     a = torch.load(tmp_path / "one" / "checkpoints" / "latest.pt", weights_only=False)
     b = torch.load(tmp_path / "two" / "checkpoints" / "latest.pt", weights_only=False)
     assert a["step"] == b["step"] == 6
@@ -78,8 +74,8 @@ def test_resume_continues_exactly(tmp_path):
         "train.augment.low_res=0.5",
     ],
 )
-def test_loss_variants_train(tmp_path, flag):
-    summary = acl.train(_cfg(tmp_path, "train.max_steps=2", flag), tmp_path / "run")
+def test_loss_variants_train(tmp_path, flag, data_cache):
+    summary = acl.train(_cfg(data_cache, "train.max_steps=2", flag), tmp_path / "run")
     assert summary["step"] == 2 and 0.0 <= summary["val_acc"] <= 1.0
 
 
@@ -106,8 +102,8 @@ def test_cli_reports_bad_preset_and_override(tmp_path, capsys):
     assert "config.yaml" in capsys.readouterr().err
 
 
-def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path):
-    acl.train(_cfg(tmp_path, "train.max_steps=2"), tmp_path / "base")
+def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path, data_cache):
+    acl.train(_cfg(data_cache, "train.max_steps=2"), tmp_path / "base")
     ckpt = tmp_path / "base" / "checkpoints" / "latest.pt"
     cfg = _cfg(
         tmp_path,
@@ -125,14 +121,14 @@ def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path):
         torch.testing.assert_close(ft[k], v, rtol=0, atol=0, msg=k)
 
 
-def test_n_way_larger_than_model_outputs_is_rejected(tmp_path):
+def test_n_way_larger_than_model_outputs_is_rejected(tmp_path, data_cache):
     with pytest.raises(ValueError, match="model.num_classes"):
-        acl.train(_cfg(tmp_path, "train.n_way=6"), tmp_path / "run")
+        acl.train(_cfg(data_cache, "train.n_way=6"), tmp_path / "run")
 
 
-def test_export_then_eval_into_another_folder(tmp_path):
+def test_export_then_eval_into_another_folder(tmp_path, data_cache):
     run = tmp_path / "run"
-    acl.train(_cfg(tmp_path, "train.max_steps=2"), run)
+    acl.train(_cfg(data_cache, "train.max_steps=2"), run)
     assert main(["acl", "export", str(run), str(tmp_path / "shipped")]) == 0
     slim = torch.load(tmp_path / "shipped" / "checkpoints" / "best.pt", weights_only=False)
     assert set(slim) == {"model", "step", "elapsed_seconds", "best"}
@@ -145,9 +141,9 @@ def test_export_then_eval_into_another_folder(tmp_path):
     assert not (tmp_path / "shipped" / "results.json").exists()
 
 
-def test_curves_plot_several_runs(tmp_path):
+def test_curves_plot_several_runs(tmp_path, data_cache):
     for name in ("a", "b"):
-        acl.train(_cfg(tmp_path, "train.max_steps=2", "train.val_every_steps=1"), tmp_path / name)
+        acl.train(_cfg(data_cache, "train.max_steps=2", "train.val_every_steps=1"), tmp_path / name)
     out = tmp_path / "curves.png"
     runs = [str(tmp_path / "a"), str(tmp_path / "b")]
     assert main(["acl", "curves", *runs, "--out", str(out), "--labels", "x,y"]) == 0
@@ -175,9 +171,9 @@ def _shipped(name: str) -> Path:
     return folder
 
 
-def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path):
+def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path, data_cache):
     """The checkpoint in pretrained/ must stay loadable by the current model code (small data/eval)."""
-    overrides = [f"data.cache_dir={tmp_path / 'cache'}", *SMALL_DATA]
+    overrides = [f"data.cache_dir={data_cache}", *SMALL_DATA]
     results = acl.evaluate(_shipped("acl-standard"), overrides=overrides, out_dir=tmp_path / "out")
     assert results["run"]["preset"] == "standard" and results["run"]["steps"] > 1000
     # a trained model: far above chance (20%) on held-out 5-way 5-shot glyph tasks
@@ -192,9 +188,9 @@ def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path):
         ("acl-5task-class", "Split-Digits/class", 0.3),  # 5-task class-incremental; chance 10%
     ],
 )
-def test_shipped_cross_domain_checkpoints_load_and_evaluate(tmp_path, name, key, floor):
+def test_shipped_cross_domain_checkpoints_load_and_evaluate(tmp_path, name, key, floor, data_cache):
     """The shipped cross-domain models load and are far above chance on Split-Digits (1 demo draw)."""
-    overrides = [f"data.cache_dir={tmp_path / 'cache'}", *SMALL_DATA, "eval.scenarios=[domain,class]"]
+    overrides = [f"data.cache_dir={data_cache}", *SMALL_DATA, "eval.scenarios=[domain,class]"]
     results = acl.evaluate(_shipped(name), overrides=overrides, out_dir=tmp_path / "out")
     assert results["run"]["sources"] == ["FontGlyphs", "EmojiImages"]
     assert results["split"][key]["ACC"]["mean"] > floor
@@ -203,12 +199,12 @@ def test_shipped_cross_domain_checkpoints_load_and_evaluate(tmp_path, name, key,
 CROSS = ["data.sources=[fontglyphs,emoji]", "data.channels=3"]
 
 
-def test_cross_domain_train_and_paper_tables(tmp_path):
+def test_cross_domain_train_and_paper_tables(tmp_path, data_cache):
     """Two domains (grayscale FontGlyphs repeated to RGB + EmojiImages): training alternates the domain
     order, validation covers both orders, and the evaluation has every domain pair, the split table
     (domain, 2-task class) with Split-Emoji and the long-span tasks."""
     run = tmp_path / "run"
-    cfg = _cfg(tmp_path, *CROSS, "train.max_steps=2", "train.val_every_steps=2", "train.val_episodes=4")
+    cfg = _cfg(data_cache, *CROSS, "train.max_steps=2", "train.val_every_steps=2", "train.val_episodes=4")
     acl.train(cfg, run)
     record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"val_A|A", "val_B|A->B", "val_A|A->B", "val_B|B", "val_A|B->A", "val_B|B->A"} <= set(record)
@@ -242,10 +238,10 @@ def test_cross_domain_train_and_paper_tables(tmp_path):
         assert text in report
 
 
-def test_class_incremental_meta_finetuning_from_a_five_way_run(tmp_path):
+def test_class_incremental_meta_finetuning_from_a_five_way_run(tmp_path, data_cache):
     """5 two-way tasks with labels shifted by 2 per task on a 10-output model, initialised from a 5-way
     2-task run: the shared weights are loaded, validation scores 5-task sequences."""
-    acl.train(_cfg(tmp_path, *CROSS, "train.max_steps=1"), tmp_path / "base")
+    acl.train(_cfg(data_cache, *CROSS, "train.max_steps=1"), tmp_path / "base")
     ckpt = tmp_path / "base" / "checkpoints" / "latest.pt"
     cfg = _cfg(
         tmp_path,
@@ -278,9 +274,9 @@ def test_class_incremental_meta_finetuning_from_a_five_way_run(tmp_path):
     assert results["run"]["stage"] == "5-task meta-finetuning (class-incremental)"
 
 
-def test_init_from_with_other_image_channels_is_refused_before_the_run_folder(tmp_path):
-    acl.train(_cfg(tmp_path, "train.max_steps=1"), tmp_path / "gray")
+def test_init_from_with_other_image_channels_is_refused_before_the_run_folder(tmp_path, data_cache):
+    acl.train(_cfg(data_cache, "train.max_steps=1"), tmp_path / "gray")
     ckpt = tmp_path / "gray" / "checkpoints" / "latest.pt"
     with pytest.raises(ValueError, match="train.init_from"):
-        acl.train(_cfg(tmp_path, *CROSS, f"train.init_from={ckpt}"), tmp_path / "rgb")
+        acl.train(_cfg(data_cache, *CROSS, f"train.init_from={ckpt}"), tmp_path / "rgb")
     assert not (tmp_path / "rgb").exists()

@@ -11,7 +11,7 @@ from fastweights.recipes import sequential
 from fastweights.recipes.sequential.config import SequentialConfig
 
 
-def test_image_steps_during_a_curriculum_stage_sample_the_stage_tasks(tmp_path, monkeypatch):
+def test_image_steps_during_a_curriculum_stage_sample_the_stage_tasks(tmp_path, monkeypatch, data_cache):
     calls = []
     original = EpisodeSampler.sample
 
@@ -25,7 +25,7 @@ def test_image_steps_during_a_curriculum_stage_sample_the_stage_tasks(tmp_path, 
         SequentialConfig,
         preset_path("sequential", "smoke"),
         [
-            f"domain_a.cache_dir={tmp_path / 'cache'}",
+            f"domain_a.cache_dir={data_cache}",
             "train.synthetic_steps=0",  # every step samples images
             "train.curriculum=[{until_step: 3, n_way: 2, k_shot: 3}]",
             "train.max_steps=3",
