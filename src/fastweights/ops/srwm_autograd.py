@@ -151,17 +151,8 @@ def srwm_fused_torch(x: Tensor, x_read: Tensor | None, w0: Tensor) -> tuple[Tens
     """Run the SRWM recurrence with the reversal backward, in PyTorch (any device, any float dtype).
 
     The portable implementation behind :func:`fastweights.ops.srwm_dispatch.srwm_fast_path` (which
-    prefers the fused CPU and Triton kernels where they apply); nothing is validated here.
-
-    Args:
-        x: ``[B, T, H, E]`` inputs (already validated by the public ops; same dtype as ``w0``).
-        x_read: optional ``[B, T, H, E]`` read-only stream (``y_read_t = x_read_t W^y_{t-1}``).
-        w0: ``[B, H, E, C]`` initial fast weights, ``C = d_out + 2E + 4`` (may be an expanded view of
-            the slow weights).
-
-    Returns:
-        ``(y [B, T, H, d_out], y_read [B, T, H, d_out] or None (without ``x_read``), final fast
-        weights [B, H, E, C])`` in ``x``'s dtype, differentiable in every input.
+    prefers the fused CPU and Triton kernels where they apply), with its arguments and returns (outputs
+    in ``x``'s dtype); nothing is validated here.
     """
     y, y_read, w = _SRWMFunction.apply(x, x_read, w0)
     return y, (y_read if x_read is not None else None), w
