@@ -77,7 +77,7 @@ def test_overrides_are_typed_and_validated():
     assert (cfg.train.lr, cfg.model.d_model, cfg.train.acl_loss) == (0.01, 64, False)
     cfg = apply_overrides(cfg, ["train.curriculum=[{until_step: 5, n_way: 2, k_shot: 1}]"])
     assert cfg.train.curriculum == [CurriculumStage(5, 2, 1)]
-    with pytest.raises(ValueError, match=r"^config: train\.nope: Key 'nope' not in 'TrainConfig'$"):
+    with pytest.raises(ValueError, match=r"^config: train\.nope: Key 'nope' not in 'ACLTrainConfig'$"):
         load_config(ACLConfig, None, ["train.nope=1"])
     with pytest.raises(ValueError, match=r"^config: model\.d_model: Value 'abc'[^\n]*Integer$"):
         load_config(ACLConfig, None, ["model.d_model=abc"])
@@ -139,7 +139,10 @@ def test_a_user_yaml_file_is_a_preset(tmp_path, monkeypatch):
         ("# only a comment\n", r"expected a YAML mapping of config keys, got an empty file"),
         ("\n- 1\n- 2\n", r"line 2: expected a YAML mapping of config keys, got a list"),
         ("smoke\n", r"line 1: expected a YAML mapping of config keys, got a scalar"),
-        ("name: x\ntrain:\n  lr: 0.1\n  nope: 1\n", r"line 4: train\.nope: Key 'nope' not in 'TrainConfig'"),
+        (
+            "name: x\ntrain:\n  lr: 0.1\n  nope: 1\n",
+            r"line 4: train\.nope: Key 'nope' not in 'ACLTrainConfig'",
+        ),
         ("model:\n  d_model: abc\n", r"line 2: model\.d_model: Value 'abc'"),
     ],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fastweights.recipes.acl.config import ACLConfig
+from fastweights.recipes.contract import RECIPES, get_recipe
 from fastweights.recipes.run import _run_config, recorded_recipe
 
 
@@ -44,3 +45,29 @@ def test_own_recipes_bad_config_keeps_its_error(tmp_path):
     with pytest.raises(ValueError, match="not_a_key") as err:
         _run_config(tmp_path / "config.yaml", ACLConfig)
     assert "holds a" not in str(err.value)
+
+
+def test_selection_records_the_metric_that_chose_the_best_checkpoint():
+    from fastweights.recipes.contract import Selection
+
+    # the loop stores sign * metric as ``best`` (higher is better)
+    assert Selection("val_acc").record({"best": 0.75}, "best") == {
+        "metric": "val_acc",
+        "mode": "max",
+        "value": 0.75,
+    }
+    assert Selection("val_bpb", minimize=True).record({"best": -1.5}, "best") == {
+        "metric": "val_bpb",
+        "mode": "min",
+        "value": 1.5,
+    }
+    latest = Selection("val_acc").record({"best": 0.75}, "latest")
+    assert latest == {"metric": "val_acc", "mode": "latest", "value": None}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_declares_its_selection(name):
+    from fastweights.recipes.contract import Selection
+
+    selection = get_recipe(name).SELECTION
+    assert isinstance(selection, Selection) and selection.metric.startswith("val_")

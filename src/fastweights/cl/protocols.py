@@ -206,4 +206,3 @@ def summarize_task_pairs(accs: dict[str, np.ndarray]) -> dict[str, dict[str, flo
         m, ci = mean_ci95(values)
         table[key] = {"mean": m, "ci95": ci}
     return table
-

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from fastweights.checks import check_betas, check_choice, check_ints, check_real
+from fastweights.recipes.contract import Selection
 from fastweights.recipes.run import RecipeRun, fit_run
 from fastweights.train.loop import LoopConfig, numpy_rng_state
 from fastweights.train.schedules import SCHEDULES, lr_multiplier
@@ -112,11 +113,10 @@ def fit_classifier(
     *,
     description: str,
     postfix: tuple[str, ...] = ("k_shot",),
-    objective: str = "val_acc",
+    selection: Selection,
 ) -> dict[str, Any]:
     """:func:`~fastweights.recipes.run.fit_run` with Adam + schedule of ``cfg.train``
-    (:func:`make_optimizer`), the best checkpoint maximising the validation record's ``objective``
-    (default ``val_acc``)."""
+    (:func:`make_optimizer`), the best checkpoint chosen by the recipe's ``selection``."""
     opt, sched = make_optimizer(model, run.cfg.train, run.cfg.model.d_model)
     return fit_run(
         run,
@@ -125,7 +125,7 @@ def fit_classifier(
         validate_fn,
         optimizer=opt,
         scheduler=sched,
-        objective=objective,
+        selection=selection,
         description=description,
         postfix=postfix,
     )

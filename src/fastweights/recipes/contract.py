@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import importlib
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Recipe", "RECIPES", "RECIPE_MEMBERS", "get_recipe", "eval_command"]
+__all__ = ["Recipe", "RECIPES", "RECIPE_MEMBERS", "Selection", "get_recipe", "eval_command"]
 
 # the names every recipe module defines (its ``__all__`` starts with them)
 RECIPE_MEMBERS = [
     "NAME",
     "CONFIG",
     "MODEL_KEY",
+    "SELECTION",
     "build_model",
     "train",
     "evaluate",
@@ -44,6 +46,34 @@ RECIPES: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Selection:
+    """How a recipe picks its ``best`` checkpoint: the validation record's ``metric`` (a key of the
+    dict its validation returns, logged in ``metrics.jsonl``), maximised unless ``minimize``.
+
+    Every recipe declares one (``SELECTION`` in its package);
+    :func:`~fastweights.recipes.run.fit_run` selects with it and the ``evaluate`` verb records it in
+    ``results.json`` as ``run.selected_on``, so a result always says which validation metric chose
+    the model it reports.
+    """
+
+    metric: str
+    minimize: bool = False
+
+    def record(self, checkpoint: dict[str, Any], which: str) -> dict[str, Any]:
+        """``{"metric", "mode", "value"}`` for the ``best`` checkpoint (``value`` = the metric at the
+        selected step, from the checkpoint's ``best``); for ``latest`` (not selected) ``value`` is
+        ``None`` and ``mode`` is ``"latest"``."""
+        if which != "best" or "best" not in checkpoint:
+            return {"metric": self.metric, "mode": "latest", "value": None}
+        sign = -1.0 if self.minimize else 1.0  # the loop stores sign * metric (higher is better)
+        return {
+            "metric": self.metric,
+            "mode": "min" if self.minimize else "max",
+            "value": sign * float(checkpoint["best"]),
+        }
+
+
 @runtime_checkable
 class Recipe(Protocol):
     """What every recipe module provides (checked for each registered recipe by the tests)."""
@@ -51,6 +81,7 @@ class Recipe(Protocol):
     NAME: str  # the registry / CLI name
     CONFIG: type  # the config dataclass of presets in configs/<NAME>/
     MODEL_KEY: str  # the config key of the sequence layer (`compare --models`)
+    SELECTION: Selection  # the validation metric that picks the best checkpoint (results: run.selected_on)
 
     def build_model(self, cfg: Any) -> torch.nn.Module:
         """The untrained model of ``cfg``."""

@@ -107,8 +107,6 @@ def plot_accuracy_matrices(
     return atomic_save_figure(fig, path)
 
 
-
-
 def plot_learning_curves(
     curves: Mapping[str, Sequence[tuple[float, float]]],
     path: PathLike,

@@ -24,6 +24,7 @@ from fastweights.config import (
     rename_deprecated,
 )
 from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.recipes.contract import Selection
 from fastweights.recipes.reporting import save_evaluation
 from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager
@@ -431,15 +432,14 @@ def fit_run(
     *,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    objective: str,
-    minimize: bool = False,
+    selection: Selection,
     description: str = "training",
     postfix: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """:func:`fastweights.train.loop.fit` of a prepared run: the loop settings of ``run.cfg.train`` (a
     :class:`~fastweights.train.loop.LoopConfig`), resume as ``start_run`` decided, ``run.state`` and
-    the saved config in every checkpoint, the best checkpoint maximising (or with ``minimize``
-    minimising) the validation record's ``objective``.
+    the saved config in every checkpoint, the best checkpoint chosen by ``selection`` (the recipe's
+    :class:`~fastweights.recipes.contract.Selection`).
 
     Returns:
         ``{"step", "minutes", **last validation record}``.
@@ -452,8 +452,8 @@ def fit_run(
         step_fn=step_fn,
         validate_fn=validate_fn,
         loop=run.cfg.train,
-        objective=objective,
-        minimize=minimize,
+        objective=selection.metric,
+        minimize=selection.minimize,
         resume=run.resume,
         extra_state=run.state,
         metadata={"config": asdict(run.saved_cfg)},
@@ -554,13 +554,15 @@ def evaluate_verb(
     config_cls: type,
     build: Callable[[Any], torch.nn.Module],
     write_report: Callable[[dict[str, Any], Path], Path],
+    selection: Selection,
     doc: str,
     model_name: Callable[[Any], str] | None = None,
 ) -> Callable[..., dict[str, Any]]:
     """The ``evaluate`` function of a recipe module: the output folder's lock and guard, the trained
     model (:func:`load_trained`, in eval mode), ``measure(cfg, checkpoint, model, device)`` → the
     recipe's result sections (a ``"run"`` entry adds fields to the run section), the run summary with
-    the evaluation time, then ``results.json`` + ``write_report``
+    the evaluation time and ``selected_on`` (``selection.record``: which validation metric chose the
+    checkpoint, and its value), then ``results.json`` + ``write_report``
     (:func:`~fastweights.recipes.reporting.save_evaluation`).
     """
 
@@ -581,6 +583,7 @@ def evaluate_verb(
         sections = measure(cfg, state, model, device)
         run = {
             **run_summary(cfg, run_dir, state, which, command, model_name=model_name and model_name(cfg)),
+            "selected_on": selection.record(state, which),
             **sections.pop("run", {}),
             "eval_minutes": (time.monotonic() - t0) / 60,
         }

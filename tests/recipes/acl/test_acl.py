@@ -194,6 +194,12 @@ def test_shipped_cross_domain_checkpoints_load_and_evaluate(tmp_path, name, key,
     results = acl.evaluate(_shipped(name), overrides=overrides, out_dir=tmp_path / "out")
     assert results["run"]["sources"] == ["FontGlyphs", "EmojiImages"]
     assert results["split"][key]["ACC"]["mean"] > floor
+    # results.json says which validation metric chose the shipped checkpoint: the logged value there
+    logged = [json.loads(line) for line in (_shipped(name) / "metrics.jsonl").read_text().splitlines()]
+    at_step = next(r for r in logged if r["step"] == results["run"]["steps"] and "val_objective" in r)
+    selected = results["run"]["selected_on"]
+    assert selected["metric"] == "val_objective" and selected["mode"] == "max"
+    assert selected["value"] == pytest.approx(at_step["val_objective"], abs=1e-12)
 
 
 CROSS = ["data.sources=[fontglyphs,emoji]", "data.channels=3"]

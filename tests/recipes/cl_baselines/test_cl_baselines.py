@@ -16,10 +16,10 @@ from fastweights.recipes import cl_baselines as cb
 from fastweights.recipes.cl_baselines.compare import compare
 from fastweights.recipes.cl_baselines.config import (
     BaselinesConfig,
-    DataConfig,
-    SearchConfig,
-    TrainConfig,
-    TrainGrid,
+    BaselinesDataConfig,
+    BaselinesSearchConfig,
+    BaselinesTrainConfig,
+    BaselinesTrainGrid,
 )
 from fastweights.recipes.cl_baselines.data import Streams, load_benchmark
 from fastweights.recipes.cl_baselines.report import method_rows, seen_task_curve
@@ -34,12 +34,12 @@ def tiny_config(**kw) -> BaselinesConfig:
         runs=2,
         scenarios=["domain", "class-2task"],
         budgets=["fewshot", "full"],
-        data=DataConfig(benchmarks=["digits"]),
-        train=TrainConfig(
-            fewshot=TrainGrid(epochs=[2], batch_size=[10]),
-            full=TrainGrid(epochs=[1], batch_size=[128], sgd_lr=[0.01, 0.05]),
+        data=BaselinesDataConfig(benchmarks=["digits"]),
+        train=BaselinesTrainConfig(
+            fewshot=BaselinesTrainGrid(epochs=[2], batch_size=[10]),
+            full=BaselinesTrainGrid(epochs=[1], batch_size=[128], sgd_lr=[0.01, 0.05]),
         ),
-        search=SearchConfig(runs=1, grids={"l2": {"lam": [0.1, 10.0]}}),
+        search=BaselinesSearchConfig(runs=1, grids={"l2": {"lam": [0.1, 10.0]}}),
     )
     base.update(kw)
     return BaselinesConfig(**base)
@@ -185,7 +185,7 @@ def test_force_starts_over(tmp_path):
 
 
 def test_a_bad_grid_value_fails_before_anything_is_written(tmp_path):
-    cfg = tiny_config(search=SearchConfig(runs=1, grids={"l2": {"lam": [-1.0]}}))
+    cfg = tiny_config(search=BaselinesSearchConfig(runs=1, grids={"l2": {"lam": [-1.0]}}))
     with pytest.raises(ValueError, match=r"search\.grids\.l2: lam"):
         cb.run(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
@@ -339,7 +339,7 @@ def test_split_emoji_with_the_conv4_learner_uses_acls_emoji_stream(tmp_path):
         learner="conv4",
         scenarios=["domain"],
         budgets=["fewshot", "full"],
-        data=DataConfig(benchmarks=["emoji"]),
+        data=BaselinesDataConfig(benchmarks=["emoji"]),
     )
     res = cb.run(cfg, tmp_path / "run")
     assert set(res["cells"]) == {"Split-Emoji/domain/fewshot", "Split-Emoji/domain/full"}

@@ -108,6 +108,11 @@ def test_gradient_accumulation_counts_tokens(corpus, tmp_path):
     lm.train(_cfg(corpus, "train.accumulation_steps=2", "train.max_steps=2"), tmp_path / "run")
     res = lm.evaluate(tmp_path / "run")
     assert res["run"]["trained_tokens"] == 2 * 2 * 4 * 32
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    best = min(r["val_bpb"] for r in logged if "val_bpb" in r)  # the lowest bits per byte is selected
+    assert res["run"]["selected_on"] == {"metric": "val_bpb", "mode": "min", "value": best}
+    latest = lm.evaluate(tmp_path / "run", which="latest", out_dir=tmp_path / "latest")
+    assert latest["run"]["selected_on"] == {"metric": "val_bpb", "mode": "latest", "value": None}
 
 
 def test_compare_sequence_layers_at_equal_token_budget(corpus, tmp_path, capsys):

@@ -30,7 +30,7 @@ from fastweights.io import read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.models.transfer import load_classifier_weights
-from fastweights.recipes.acl.config import ACLConfig, TrainConfig
+from fastweights.recipes.acl.config import ACLConfig, ACLTrainConfig
 from fastweights.recipes.acl.evaluation import (
     domain_name,
     domain_pools,
@@ -51,7 +51,7 @@ from fastweights.recipes.acl.frozen import (
 from fastweights.recipes.acl.paper_tables import forgetting_rows
 from fastweights.recipes.acl.report import write_report
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
-from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
 from fastweights.recipes.reporting import pm
 from fastweights.recipes.run import (
@@ -66,6 +66,8 @@ __all__ = [*RECIPE_MEMBERS, "compare_curves"]  # the recipe contract + extras
 
 NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = ACLConfig
+# the best checkpoint: the mean meta-validation accuracy of the in-context terms (``_validate``)
+SELECTION = Selection("val_objective")
 MODEL_KEY = "model.sequence_layer"  # what `compare --models` varies
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def _domain_pools(cfg: ACLConfig) -> list[dict[str, ClassPool]]:
 
 
 def _validate(
-    model: InContextClassifier, samplers: list[EpisodeSampler], t: TrainConfig, episodes: int, device: Any
+    model: InContextClassifier, samplers: list[EpisodeSampler], t: ACLTrainConfig, episodes: int, device: Any
 ) -> dict[str, float]:
     """Meta-validation on the meta-val classes of every domain (``val_objective`` selects the best
     checkpoint). Two domain-incremental tasks: the forgetting table of the two domains in both orders
@@ -214,7 +216,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         lambda: _validate(model, val_samplers, t, t.val_episodes, device),
         description="ACL meta-finetuning" if t.init_from else "ACL meta-training",
         postfix=("n_way", "k_shot"),
-        objective="val_objective",
+        selection=SELECTION,
     )
 
 
@@ -375,6 +377,7 @@ evaluate = evaluate_verb(
     config_cls=ACLConfig,
     build=build_model,
     write_report=write_report,
+    selection=SELECTION,
     doc="""Evaluate the ``which`` checkpoint of ``run_dir``: few-shot accuracy and the in-context
     forgetting table on the held-out classes, and the 5-task split benchmarks.""",
 )

@@ -20,7 +20,14 @@ from fastweights.models.classifier_config import ClassifierConfig, check_label_s
 from fastweights.models.frozen import parse_backbone
 from fastweights.recipes.classifier import OptimConfig
 
-__all__ = ["ACLConfig", "DataConfig", "TrainConfig", "EvalConfig", "MINI_BENCHMARKS", "MINI_DATASETS"]
+__all__ = [
+    "ACLConfig",
+    "ACLDataConfig",
+    "ACLTrainConfig",
+    "ACLEvalConfig",
+    "MINI_BENCHMARKS",
+    "MINI_DATASETS",
+]
 
 #: eval.mini_benchmarks name -> name in results.json / the report
 MINI_BENCHMARKS = {"five_datasets": "mini 5-datasets (offline analogue)", "emoji": "mini Split-Emoji"}
@@ -33,7 +40,7 @@ MINI_BENCHMARK_NAMES = tuple(MINI_BENCHMARKS)  # eval.mini_benchmarks
 
 
 @dataclass
-class DataConfig(PoolConfig):
+class ACLDataConfig(PoolConfig):
     """Meta-training domains and the folders of the split benchmarks.
 
     ``sources`` lists the meta-training domains by registry name (ACL paper §4.1: e.g.
@@ -61,7 +68,7 @@ class DataConfig(PoolConfig):
 
 
 @dataclass
-class TrainConfig(OptimConfig):
+class ACLTrainConfig(OptimConfig):
     """ACL meta-training; optimiser/loop fields and defaults from :class:`OptimConfig` except
     ``val_episodes`` (100)."""
 
@@ -97,7 +104,7 @@ class TrainConfig(OptimConfig):
 
 
 @dataclass
-class EvalConfig:
+class ACLEvalConfig:
     episodes: int = 1000  # held-out few-shot task pairs
     n_way: int = 5
     k_shot: int = 5
@@ -162,10 +169,10 @@ class ACLConfig:
 
     name: str = "acl"
     device: str = "auto"
-    data: DataConfig = field(default_factory=DataConfig)
+    data: ACLDataConfig = field(default_factory=ACLDataConfig)
     model: ClassifierConfig = field(default_factory=ClassifierConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    train: ACLTrainConfig = field(default_factory=ACLTrainConfig)
+    eval: ACLEvalConfig = field(default_factory=ACLEvalConfig)
 
     def __post_init__(self) -> None:
         """Checks across sections (each section checks its own fields)."""

@@ -25,7 +25,7 @@ from fastweights.data.registry import load_pools_for, load_split_dataset
 from fastweights.data.sources.base import ClassPool, SplitDataset
 from fastweights.data.streams import pool_split_tasks
 from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes.acl.config import ACLConfig, DataConfig
+from fastweights.recipes.acl.config import ACLConfig, ACLDataConfig
 
 __all__ = [
     "domain_pools",
@@ -51,7 +51,7 @@ SPLIT_NAMES = {
 SPLIT_TASKS = 5  # tasks of the split benchmarks (class pairs 0/1, ..., 8/9)
 
 
-def domain_pools(d: DataConfig, key: str = "data") -> list[dict[str, ClassPool]]:
+def domain_pools(d: ACLDataConfig, key: str = "data") -> list[dict[str, ClassPool]]:
     """``[{"train", "val", "test"} -> ClassPool]`` for each domain of ``d.domains``, in that order.
 
     Every domain is loaded with the section's shared options (``root``, ``image_size``, ``channels``,

@@ -23,9 +23,9 @@ __all__ = [
     "METHODS",
     "SCENARIO_VARIANTS",
     "BaselinesConfig",
-    "DataConfig",
-    "TrainGrid",
-    "SearchConfig",
+    "BaselinesDataConfig",
+    "BaselinesTrainGrid",
+    "BaselinesSearchConfig",
     "method_optimizer",
     "method_strategy",
 ]
@@ -65,7 +65,7 @@ def method_optimizer(method: str, default: str) -> str:
 
 
 @dataclass
-class DataConfig:
+class BaselinesDataConfig:
     """The split benchmarks and where their data lives (the same files the ACL evaluation reads)."""
 
     benchmarks: list[str] = field(default_factory=lambda: ["digits", "fashion_mnist"])
@@ -96,7 +96,7 @@ class DataConfig:
 
 
 @dataclass
-class TrainGrid:
+class BaselinesTrainGrid:
     """The training settings searched for one budget (every combination; a single value = fixed)."""
 
     epochs: list[int] = field(default_factory=lambda: [1])
@@ -121,20 +121,22 @@ class TrainGrid:
 
 
 @dataclass
-class TrainConfig:
+class BaselinesTrainConfig:
     """Per-budget grids of the training settings (chosen with fine-tuning, then shared by every method
     that uses the same optimizer)."""
 
     optimizer: str = "adam"  # the optimizer of every method except the "sgd" fine-tuning row
-    fewshot: TrainGrid = field(default_factory=lambda: TrainGrid(epochs=[20], batch_size=[10]))
-    full: TrainGrid = field(default_factory=TrainGrid)
+    fewshot: BaselinesTrainGrid = field(
+        default_factory=lambda: BaselinesTrainGrid(epochs=[20], batch_size=[10])
+    )
+    full: BaselinesTrainGrid = field(default_factory=BaselinesTrainGrid)
 
     def __post_init__(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
 
 
 @dataclass
-class SearchConfig:
+class BaselinesSearchConfig:
     """The validation protocol of the grid search: streams built from training data only
     (:func:`fastweights.data.streams.holdout_split` / ``holdout_pool``)."""
 
@@ -172,9 +174,9 @@ class BaselinesConfig:
     #: processes measuring cells in parallel (one benchmark × scenario × budget each); the numbers do not
     #: depend on it
     workers: int = 1
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
+    data: BaselinesDataConfig = field(default_factory=BaselinesDataConfig)
+    train: BaselinesTrainConfig = field(default_factory=BaselinesTrainConfig)
+    search: BaselinesSearchConfig = field(default_factory=BaselinesSearchConfig)
 
     def __post_init__(self) -> None:
         check_choice("learner", self.learner, LEARNERS)

@@ -25,7 +25,7 @@ from fastweights.data.streams import (
     pool_split_tasks,
     split_benchmark,
 )
-from fastweights.recipes.cl_baselines.config import SCENARIO_VARIANTS, DataConfig
+from fastweights.recipes.cl_baselines.config import SCENARIO_VARIANTS, BaselinesDataConfig
 
 __all__ = ["BENCHMARK_NAMES", "Benchmark", "Streams", "load_benchmark", "validation_copy", "n_outputs"]
 
@@ -40,7 +40,7 @@ BENCHMARK_NAMES = {
 Benchmark = SplitDataset | ClassPool
 
 
-def load_benchmark(d: DataConfig, name: str) -> Benchmark:
+def load_benchmark(d: BaselinesDataConfig, name: str) -> Benchmark:
     """The data of benchmark ``name`` (``data.benchmarks``): a train/test data set, or for ``"emoji"``
     the held-out (meta-test) EmojiImages pool ACL's Split-Emoji uses.
 
@@ -58,7 +58,7 @@ def load_benchmark(d: DataConfig, name: str) -> Benchmark:
         raise type(err)(f"data.{key}: {err}") from None
 
 
-def validation_copy(data: Benchmark, d: DataConfig, val_fraction: float) -> Benchmark:
+def validation_copy(data: Benchmark, d: BaselinesDataConfig, val_fraction: float) -> Benchmark:
     """``data`` with its test queries replaced by held-out *training* examples (``val_fraction`` of each
     class's, at least 1): what the grid search runs on."""
     if isinstance(data, ClassPool):
@@ -86,7 +86,7 @@ class Streams:
     ``run`` and are kept (one per variant and split) while the object lives.
     """
 
-    def __init__(self, data: Benchmark, d: DataConfig, val_fraction: float) -> None:
+    def __init__(self, data: Benchmark, d: BaselinesDataConfig, val_fraction: float) -> None:
         self.data, self.d, self.frac = data, d, val_fraction
         self.val = validation_copy(data, d, val_fraction)
         self._full: dict[tuple[str, bool], list[TaskInputs]] = {}
@@ -105,7 +105,13 @@ class Streams:
 
 
 def _tasks(
-    data: Benchmark, d: DataConfig, variant: str, k: int | None, run: int, validation: bool, frac: float
+    data: Benchmark,
+    d: BaselinesDataConfig,
+    variant: str,
+    k: int | None,
+    run: int,
+    validation: bool,
+    frac: float,
 ) -> list[Any]:
     scenario, num_tasks = SCENARIO_VARIANTS[variant]
     if isinstance(data, ClassPool):

@@ -24,7 +24,7 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
-from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.fewshot.config import FewShotConfig
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
 from fastweights.recipes.reporting import run_header
@@ -39,6 +39,7 @@ __all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 
 NAME = "fewshot"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = FewShotConfig
+SELECTION = Selection("val_acc")  # the best checkpoint: meta-validation few-shot accuracy
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         step_fn,
         validate,
         description=f"few-shot {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
+        selection=SELECTION,
     )
 
 
@@ -201,6 +203,7 @@ evaluate = evaluate_verb(
     config_cls=FewShotConfig,
     build=build_model,
     write_report=write_report,
+    selection=SELECTION,
     doc="""Evaluate the ``which`` checkpoint of ``run_dir`` on ``eval.runs`` × ``eval.episodes`` meta-test
     episodes with one query each (mean ± 95% CI); the report has the learning curve.""",
 )

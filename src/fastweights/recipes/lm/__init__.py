@@ -27,7 +27,7 @@ from fastweights.data.sources.text import (
 )
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
-from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.lm.config import LMRecipeConfig
 from fastweights.recipes.reporting import md_table, run_header
 from fastweights.recipes.run import RecipeRun, evaluate_verb, fit_run, load_trained, train_verb
@@ -44,6 +44,7 @@ __all__ = [
 
 NAME = "lm"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = LMRecipeConfig
+SELECTION = Selection("val_bpb", minimize=True)  # the best checkpoint: validation bits per byte
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 MAX_NEW_TOKENS = 100_000  # `lm generate` cap: decoding is one step per byte (minutes per 100k on a CPU)
 LN2 = math.log(2.0)
@@ -136,8 +137,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         validate,
         optimizer=opt,
         scheduler=torch.optim.lr_scheduler.LambdaLR(opt, mult),
-        objective="val_bpb",
-        minimize=True,
+        selection=SELECTION,
         description=f"lm {cfg.model.sequence_layer}",
         postfix=("train_bpb",),
     )
@@ -382,6 +382,7 @@ evaluate = evaluate_verb(
     config_cls=LMRecipeConfig,
     build=build_model,
     write_report=write_report,
+    selection=SELECTION,
     doc="""Evaluate the ``which`` checkpoint on each cut of ``eval.splits`` (validation and test): loss
     (nats/byte), bits per byte, perplexity (per byte) and bits per byte at every position of
     ``eval.seq_len``-byte windows (plots ``loss_by_position_<split>.png``).""",

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from fastweights.io import atomic_write_text, read_jsonl
-from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.plots import plot_learning_curves
 from fastweights.recipes.reporting import md_table, run_header
-from fastweights.recipes.rl.config import LevelsConfig, RLConfig
+from fastweights.recipes.rl.config import RLConfig, RLLevelsConfig
 from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
@@ -54,6 +54,7 @@ __all__ = [*RECIPE_MEMBERS, "MODELS", "env_of"]
 
 NAME = "rl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = RLConfig
+SELECTION = Selection("val_score")  # the best checkpoint: mean normalised score on val levels
 MODEL_KEY = "model.core"  # what `compare` varies
 MODELS = CORES  # the names `compare --models` accepts
 
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 def env_of(
     cfg: RLConfig,
-    levels: LevelsConfig,
+    levels: RLLevelsConfig,
     envs_per_game: int | None = None,
     *,
     evaluation: bool = False,
@@ -117,7 +118,7 @@ def _frames(cfg: RLConfig, step: int) -> int:
 def _level_scores(
     cfg: RLConfig,
     agent: Agent | None,
-    levels: LevelsConfig,
+    levels: RLLevelsConfig,
     episodes: int,
     envs_per_game: int,
 ) -> dict[str, dict[str, float]]:
@@ -195,7 +196,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
             validate,
             optimizer=optimizer,
             scheduler=scheduler,
-            objective="val_score",
+            selection=SELECTION,
             description=f"rl {cfg.model.core} on {len(cfg.env.games)} games",
             postfix=("frames",),
         )
@@ -372,6 +373,7 @@ evaluate = evaluate_verb(
     config_cls=RLConfig,
     build=build_model,
     write_report=write_report,
+    selection=SELECTION,
     model_name=lambda c: c.model.core,
     doc="""Evaluate the ``which`` checkpoint of ``run_dir`` with greedy actions on every ``eval.splits``
     level range (unseen in training) and on the training levels: per-game returns and normalised scores.""",

@@ -16,7 +16,7 @@ from fastweights.train.loop import LoopConfig
 
 __all__ = [
     "SUITES",
-    "LevelsConfig",
+    "RLLevelsConfig",
     "RLEnvConfig",
     "RLModelConfig",
     "RLTrainConfig",
@@ -26,7 +26,7 @@ __all__ = [
 
 
 @dataclass
-class LevelsConfig:
+class RLLevelsConfig:
     """Levels ``start .. start + count - 1``."""
 
     start: int = 0
@@ -49,10 +49,10 @@ class RLEnvConfig:
         default_factory=lambda: ["MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-5x5-v0"]
     )
     num_envs: int = 16  # environments stepped together (assigned to the games in turn)
-    train_levels: LevelsConfig = field(default_factory=LevelsConfig)
+    train_levels: RLLevelsConfig = field(default_factory=RLLevelsConfig)
     # the greedy validation during training (it picks the best checkpoint): unseen levels kept apart
     # from the evaluation's eval.splits, so the reported test score is not the selection score
-    val_levels: LevelsConfig = field(default_factory=lambda: LevelsConfig(2000, 200))
+    val_levels: RLLevelsConfig = field(default_factory=lambda: RLLevelsConfig(2000, 200))
     distribution_mode: str = "easy"  # ProcGen only (the paper's: easy)
 
     def __post_init__(self) -> None:
@@ -136,8 +136,12 @@ class RLTrainConfig(LoopConfig):
 class RLEvalConfig:
     """Greedy evaluation on unseen levels: ``splits`` level ranges, ``episodes`` per game and split."""
 
-    splits: list[LevelsConfig] = field(
-        default_factory=lambda: [LevelsConfig(1000, 200), LevelsConfig(1200, 200), LevelsConfig(1400, 200)]
+    splits: list[RLLevelsConfig] = field(
+        default_factory=lambda: [
+            RLLevelsConfig(1000, 200),
+            RLLevelsConfig(1200, 200),
+            RLLevelsConfig(1400, 200),
+        ]
     )
     episodes: int = 200
     envs_per_game: int = 8

@@ -30,7 +30,7 @@ from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
-from fastweights.recipes.contract import RECIPE_MEMBERS
+from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.reporting import run_header
 from fastweights.recipes.run import (
     RecipeRun,
@@ -44,6 +44,7 @@ __all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + e
 
 NAME = "sequential"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = SequentialConfig
+SELECTION = Selection("val_acc")  # the best checkpoint: meta-validation accuracy on both tasks
 DOMAINS = ("domain_a", "domain_b")  # the config sections of the two domains
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
@@ -98,6 +99,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         step_fn,
         validate,
         description=f"sequential {t.n_way}-way {t.k_shot}-shot ({cfg.model.sequence_layer})",
+        selection=SELECTION,
     )
 
 
@@ -245,6 +247,7 @@ evaluate = evaluate_verb(
     config_cls=SequentialConfig,
     build=build_model,
     write_report=write_report,
+    selection=SELECTION,
     doc="""Evaluate the ``which`` checkpoint of ``run_dir`` on both stream orders of the meta-test pools:
     overall / per-task accuracy, by occurrence and by position.""",
 )
