@@ -391,6 +391,22 @@ def test_synthetic_feature_tasks_shapes_labels_and_reproducibility():
     assert not torch.equal(c[0].support_features, a[0].support_features)
 
 
+def test_synthetic_feature_tasks_with_first_shot_demos():
+    kw = dict(batch_size=3, num_tasks=2, n_way=3, k_shot=2, n_query=1, feature_dim=8, label_space=5)
+    plain = synthetic_feature_tasks(torch.Generator().manual_seed(0), **kw)
+    with_fs = synthetic_feature_tasks(torch.Generator().manual_seed(0), **kw, first_shot=True)
+    assert plain[0].first_shot_features is None and plain[0].first_shot_labels is None
+    # the first task's support and queries are drawn before its first-shot demos: unchanged
+    assert torch.equal(plain[0].support_features, with_fs[0].support_features)
+    assert torch.equal(plain[0].query_labels, with_fs[0].query_labels)
+    for task in with_fs:
+        assert task.first_shot_features.shape == (3, 3, 8) and task.first_shot_labels.shape == (3, 3)
+        for row in range(3):  # one demo of each of the task's classes
+            assert sorted(task.first_shot_labels[row].tolist()) == sorted(
+                set(task.support_labels[row].tolist())
+            )
+
+
 def test_to_model_images_per_channel():
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (2, 5, 3, 4, 4), dtype=np.uint8)

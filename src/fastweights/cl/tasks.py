@@ -165,6 +165,7 @@ def synthetic_feature_tasks(
     label_space: int,
     noise: float = 0.5,
     device: torch.device | str = "cpu",
+    first_shot: bool = False,
 ) -> list[TaskTensors]:
     """Few-shot tasks in *feature space*: every class is a fresh random prototype
     ``relu(N(0, I_F))`` and every example is ``relu(prototype_pre + noise · N(0, I_F))``.
@@ -172,10 +173,13 @@ def synthetic_feature_tasks(
     A curriculum stage of this library (not of the reference): it lets the sequence learner acquire
     in-context label binding without the cost of the vision backbone, whose features it replaces.
     Labels: a random injection of the ``n_way`` classes into ``0..label_space-1`` per task; demos are
-    randomly interleaved; queries are fresh examples (``n_query`` per class).
+    randomly interleaved; queries are fresh examples (``n_query`` per class); with ``first_shot`` one
+    more fresh example per class, in random class order (the first-shot demos of ACL paper App. A.6),
+    drawn after the queries, so the other tensors are those of ``first_shot=False``.
 
     Returns:
-        ``num_tasks`` :class:`TaskTensors` with float32 features ``[B, *, feature_dim]``.
+        ``num_tasks`` :class:`TaskTensors` with float32 features ``[B, *, feature_dim]`` (first-shot
+        ``[B, N, feature_dim]`` / ``[B, N]`` with ``first_shot``, else ``None``).
     """
     b, f = batch_size, feature_dim
 
@@ -189,7 +193,8 @@ def synthetic_feature_tasks(
     for _ in range(num_tasks):
         protos = torch.randn(b, n_way, f, generator=generator)
         labels = torch.argsort(torch.rand(b, label_space, generator=generator), dim=1)[:, :n_way]
-        tasks.append(TaskTensors(*draw(protos, labels, k_shot), *draw(protos, labels, n_query)))
+        support, queries = draw(protos, labels, k_shot), draw(protos, labels, n_query)
+        tasks.append(TaskTensors(*support, *queries, *(draw(protos, labels, 1) if first_shot else ())))
     return tasks
 
 
@@ -473,5 +478,6 @@ class TaskSource:
             label_space=int(space),
             noise=s.synthetic_noise,
             device=device,
+            first_shot=self.first_shot,
         )
         return shift_class_labels(tasks, n_way) if self.scenario == "class" else tasks

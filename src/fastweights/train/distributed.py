@@ -26,6 +26,7 @@ The protocol every recipe follows (through :func:`fastweights.recipes.run.start_
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, replace
 from typing import Any
@@ -215,6 +216,13 @@ def barrier(w: World) -> None:
 
 
 def shutdown() -> None:
-    """Leave the process group, if this process joined one (idempotent)."""
+    """Leave the process group, if this process joined one (idempotent).
+
+    ``destroy_process_group`` only drops Python's references; the Gloo group and its worker threads
+    are freed once the last one goes. A collection right after makes that happen now, while the
+    interpreter is alive: left to interpreter exit, it sometimes aborted a rank
+    ("terminate called without an active exception", SIGABRT after a finished run).
+    """
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        gc.collect()

@@ -70,12 +70,13 @@ def test_resume_continues_exactly(tmp_path, data_cache):
     [
         "train.acl_loss=false",
         "train.first_shot_loss=true",
+        "train.first_shot_loss=true train.synthetic_steps=1",  # synthetic tasks carry first-shot demos
         "train.online_weight=0.5",
         "train.augment.low_res=0.5",
     ],
 )
 def test_loss_variants_train(tmp_path, flag, data_cache):
-    summary = acl.train(_cfg(data_cache, "train.max_steps=2", flag), tmp_path / "run")
+    summary = acl.train(_cfg(data_cache, "train.max_steps=2", *flag.split()), tmp_path / "run")
     assert summary["step"] == 2 and 0.0 <= summary["val_acc"] <= 1.0
 
 
