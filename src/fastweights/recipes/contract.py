@@ -62,15 +62,16 @@ class Selection:
 
     def record(self, checkpoint: dict[str, Any], which: str) -> dict[str, Any]:
         """``{"metric", "mode", "value"}`` for the ``best`` checkpoint (``value`` = the metric at the
-        selected step, from the checkpoint's ``best``); for ``latest`` (not selected) ``value`` is
-        ``None`` and ``mode`` is ``"latest"``."""
-        if which != "best" or "best" not in checkpoint:
+        selected step, from the checkpoint's ``best``; ``None`` if it has none); for ``latest`` (not
+        selected) ``value`` is ``None`` and ``mode`` is ``"latest"``."""
+        if which != "best":
             return {"metric": self.metric, "mode": "latest", "value": None}
         sign = -1.0 if self.minimize else 1.0  # the loop stores sign * metric (higher is better)
+        best = checkpoint.get("best")
         return {
             "metric": self.metric,
             "mode": "min" if self.minimize else "max",
-            "value": sign * float(checkpoint["best"]),
+            "value": None if best is None else sign * float(best),
         }
 
 
