@@ -50,3 +50,11 @@ def data_cache(tmp_path_factory) -> Path:
     path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "data-cache"
     path.mkdir(exist_ok=True)
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the modules that hold a test marked ``slow`` first (in their collected order, each module's
+    tests kept together for its module-scoped fixtures), so that the xdist workers share out the long
+    tests at the start instead of one worker ending the session alone on one of them."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)

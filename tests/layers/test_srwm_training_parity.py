@@ -68,6 +68,7 @@ def _max_rel_weight_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
     return max(((a[k] - b[k]).norm() / b[k].norm().clamp_min(1e-30)).item() for k in b)
 
 
+@pytest.mark.slow
 def test_fp64_training_losses_and_weights_equal(runs):
     fast_losses, fast_w = runs[("fast", torch.float64)]
     ref_losses, ref_w = runs[("reference", torch.float64)]

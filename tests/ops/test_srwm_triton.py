@@ -30,6 +30,7 @@ def test_carried_state_equals_one_call():
     assert_carried_state_equals_one_call(srwm_triton.srwm_fused_triton, x, w0, 4)
 
 
+@pytest.mark.slow
 def test_gradcheck_tiny_fp64():
     x, w0 = srwm_case(1, 3, 1, 3)
     assert torch.autograd.gradcheck(srwm_triton.srwm_fused_triton, (x, w0))

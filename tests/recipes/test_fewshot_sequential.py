@@ -98,6 +98,7 @@ def test_bad_settings_are_rejected(tmp_path, capsys, monkeypatch, data_cache):
     assert "available presets" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_compare_trains_each_model_and_writes_one_table(recipe, tmp_path, capsys, data_cache):
     data = RECIPES[recipe][2]

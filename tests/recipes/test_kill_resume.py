@@ -4,60 +4,67 @@ uninterrupted run (ACL, few-shot and RL smoke presets on CPU, one thread)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
+from fastweights import io
 from fastweights.cli import main
+from fastweights.recipes import cl_baselines
+from fastweights.train import checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-# Runs the CLI with a hook that SIGKILLs the process at the n-th checkpoint file write (before it,
-# in its middle — leaving a partial temporary file — or after it) or right after the n-th log line.
-_KILLER = textwrap.dedent(
-    """
-    import os, signal, sys
-    from fastweights import io
-    from fastweights.cli import main
-    from fastweights.train import checkpoint
 
-    kind, nth = sys.argv[1], int(sys.argv[2])
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _in_fork(target, *args) -> int:
+    """Run ``target(*args)`` in a child forked from this (already imported) test process and return its
+    exit code (``-SIGKILL`` when it killed itself). A fork starts in milliseconds where a fresh
+    interpreter spends seconds importing torch; the kill is just as real: the child's open files, its
+    half-written temporary files and its run folder are what a ``kill -9`` leaves."""
+    proc = multiprocessing.get_context("fork").Process(target=target, args=args)
+    proc.start()
+    proc.join()
+    return proc.exitcode
+
+
+def _train_until_killed(kind: str, nth: int, args: list[str]) -> None:
+    """The CLI with a hook that SIGKILLs the process at the ``nth`` checkpoint file write (before it,
+    in its middle — leaving a partial temporary file — or after it) or right after the ``nth`` log line.
+    Run in a forked child only (it patches the modules of that process)."""
     count = {"save": 0, "log": 0}
-
-    def die():
-        os.kill(os.getpid(), signal.SIGKILL)
-
     real_save, real_log = checkpoint.atomic_torch_save, io.JsonlLogger.log
 
     def save(obj, path):
         count["save"] += 1
         hit = count["save"] == nth
         if hit and kind == "before-save":
-            die()
+            _die()
         if hit and kind == "inside-save":
             path.parent.mkdir(parents=True, exist_ok=True)
             (path.parent / f".{path.name}.killed.tmp").write_bytes(b"half a checkpoint")
-            die()
+            _die()
         real_save(obj, path)
         if hit and kind == "after-save":
-            die()
+            _die()
 
     def log(self, **record):
         real_log(self, **record)
         count["log"] += 1
         if kind == "after-log" and count["log"] == nth:
-            die()
+            _die()
 
     checkpoint.atomic_torch_save, io.JsonlLogger.log = save, log
-    sys.exit(main(sys.argv[3:]))
-    """
-)
+    sys.exit(main(args))
 
 
 def _args(recipe, run, cache):
@@ -68,11 +75,8 @@ def _args(recipe, run, cache):
 
 
 def _killed(args, kind, nth):
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    proc = subprocess.run(
-        [sys.executable, "-c", _KILLER, kind, str(nth), *args], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == -signal.SIGKILL, (kind, nth, proc.returncode, proc.stderr[-2000:])
+    code = _in_fork(_train_until_killed, kind, nth, args)
+    assert code == -signal.SIGKILL, (kind, nth, code)
 
 
 def _log(run):
@@ -127,31 +131,26 @@ def test_kill_at_any_point_then_resume_equals_the_uninterrupted_run(tmp_path, re
 
 # cl-baselines: SIGKILL at the n-th cell write (before it, in its middle — a partial temporary file —
 # or after it); the resumed run ends with the uninterrupted run's numbers.
-_CELL_KILLER = textwrap.dedent(
-    """
-    import os, signal, sys
-    from fastweights.cli import main
-    from fastweights.recipes import cl_baselines
-
-    kind, nth = sys.argv[1], int(sys.argv[2])
+def _run_until_cell_kill(kind: str, nth: int, args: list[str]) -> None:
+    """``fastweights cl-baselines run`` that SIGKILLs itself at the ``nth`` cell write (forked child only)."""
     count = [0]
     real = cl_baselines.atomic_write_json
 
     def write(path, obj):
         count[0] += 1
         if count[0] == nth and kind == "before":
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
         if count[0] == nth and kind == "inside":
             (path.parent / f".{path.name}.killed.tmp").write_text("half a cell")
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
         real(path, obj)
         if count[0] == nth and kind == "after":
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
 
     cl_baselines.atomic_write_json = write
-    sys.exit(main(sys.argv[3:]))
-    """
-)
+    sys.exit(main(args))
+
+
 _CB_SMALL = ["methods=[sgd,l2]", "runs=2", "scenarios=[domain,class-2task]", "budgets=[fewshot,full]"]
 
 
@@ -179,16 +178,9 @@ def cb_reference(tmp_path_factory):
 @pytest.mark.slow
 def test_cl_baselines_killed_at_cell_writes_then_resumed_equals_the_uninterrupted_run(tmp_path, cb_reference):
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
     for i, (kind, nth) in enumerate([("after", 3), ("inside", 2), ("before", 4)]):
-        args = _cb_args(run, *(["--resume"] if i else []))
-        proc = subprocess.run(
-            [sys.executable, "-c", _CELL_KILLER, kind, str(nth), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert proc.returncode == -signal.SIGKILL, (kind, nth, proc.stderr[-2000:])
+        code = _in_fork(_run_until_cell_kill, kind, nth, _cb_args(run, *(["--resume"] if i else [])))
+        assert code == -signal.SIGKILL, (kind, nth, code)
     assert main([*_cb_args(run), "--resume"]) == 0
     assert _cb_numbers(run) == cb_reference
     assert not list(run.rglob(".*.tmp"))
@@ -226,5 +218,5 @@ def test_cl_baselines_workers_die_with_a_killed_run_and_resume_matches(tmp_path,
         if Path(f"/proc/{w}").exists() and "zombie" not in Path(f"/proc/{w}/status").read_text()
     ]
     assert workers and not alive
-    assert main([*_cb_args(run, "workers=2"), "--resume"]) == 0
+    assert main([*_cb_args(run), "--resume"]) == 0  # in this process: the workers give the same cells
     assert _cb_numbers(run) == cb_reference

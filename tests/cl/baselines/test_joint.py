@@ -47,6 +47,7 @@ def test_runs_with_both_learners_deterministically(kind):
     check_runs_and_deterministic(Joint, kind)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["domain", "class"])
 def test_joint_is_the_upper_bound_on_split_digits(scenario):
     """Full budget (every training image), MLP 2 × 400, Adam, 2 epochs per task, one seed: joint

@@ -189,6 +189,7 @@ def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path, data_cache):
         ("acl-5task-class", "Split-Digits/class", 0.3),  # 5-task class-incremental; chance 10%
     ],
 )
+@pytest.mark.slow
 def test_shipped_cross_domain_checkpoints_load_and_evaluate(tmp_path, name, key, floor, data_cache):
     """The shipped cross-domain models load and are far above chance on Split-Digits (1 demo draw)."""
     overrides = [f"data.cache_dir={data_cache}", *SMALL_DATA, "eval.scenarios=[domain,class]"]
@@ -245,6 +246,7 @@ def test_cross_domain_train_and_paper_tables(tmp_path, data_cache):
         assert text in report
 
 
+@pytest.mark.slow
 def test_class_incremental_meta_finetuning_from_a_five_way_run(tmp_path, data_cache):
     """5 two-way tasks with labels shifted by 2 per task on a 10-output model, initialised from a 5-way
     2-task run: the shared weights are loaded, validation scores 5-task sequences."""

@@ -52,6 +52,7 @@ def _cfg(tmp_path, vit_file, *overrides):
     return load_config(ACLConfig, preset_path("acl", "smoke"), [*_frozen(tmp_path, vit_file), *overrides])
 
 
+@pytest.mark.slow
 def test_frozen_train_and_mini_evaluation(tmp_path, vit_file):
     run = tmp_path / "run"
     cfg = _cfg(
@@ -162,6 +163,7 @@ def test_other_classifier_recipes_refuse_a_frozen_backbone(tmp_path, capsys, rec
     assert "model.backbone" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_results_json_is_strict(tmp_path, vit_file):
     """A mini evaluation's results serialise as strict JSON (no NaN)."""
     run = tmp_path / "run"

@@ -151,6 +151,7 @@ def test_same_seed_same_numbers_and_methods_share_initialisations(finished, tmp_
     assert _numbers(again) == _numbers(full)
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_numbers(finished, tmp_path):
     _, full = finished
     parallel = cb.run(tiny_config(workers=2), tmp_path / "parallel")

@@ -12,9 +12,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
 from fastweights.io import PathLike, atomic_save_figure
 from fastweights.recipes.acl.paper_tables import (
     FORGETTING_ORDERS,
@@ -22,6 +19,7 @@ from fastweights.recipes.acl.paper_tables import (
     ForgettingRow,
     long_span_tasks,
 )
+from fastweights.recipes.plots import integer_ticks, new_figure
 from fastweights.recipes.reporting import as_float, as_matrix, mean_entry
 
 __all__ = ["plot_forgetting", "plot_forgetting_rows", "plot_long_span"]
@@ -36,7 +34,7 @@ def _forgetting_bars(
 ) -> Path:
     """Grouped bars (three per group: first task after it, second task after both, first task after
     both) with 95% CI error bars; ``None`` entries are left out. Written atomically to ``path``."""
-    fig = Figure(figsize=(max(7.0, 2.4 * len(groups) + 1.5), 4.4))
+    fig = new_figure(figsize=(max(7.0, 2.4 * len(groups) + 1.5), 4.4))
     ax = fig.subplots()
     width = 0.26
     labelled: set[int] = set()
@@ -169,7 +167,7 @@ def plot_long_span(long_span: Mapping[str, Any], path: PathLike) -> Path:
     """
     tasks = long_span_tasks({"long_span": long_span})
     with_r = [(T, res) for T, res in tasks if "R" in res]
-    fig = Figure(figsize=(11.0 if with_r else 6.0, 4.2))
+    fig = new_figure(figsize=(11.0 if with_r else 6.0, 4.2))
     axes = fig.subplots(1, 2 if with_r else 1, squeeze=False)[0]
     ax = axes[0]
     ts = [T for T, _ in tasks]
@@ -201,7 +199,7 @@ def plot_long_span(long_span: Mapping[str, Any], path: PathLike) -> Path:
         for T, res in with_r:
             final = 100.0 * as_matrix(res["R"])[-1]
             ax.plot(range(1, T + 1), final, marker="o", markersize=3, label=f"T = {T}")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_ticks(ax.xaxis)
         ax.set_xlabel("task j")
         ax.set_ylabel("accuracy on task j after the last task (%)")
         ax.set_title("final accuracy per task")

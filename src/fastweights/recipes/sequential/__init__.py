@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from fastweights.cl.sequential import (
     OCCURRENCES,
@@ -31,6 +29,7 @@ from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
+from fastweights.recipes.plots import integer_ticks, new_figure
 from fastweights.recipes.reporting import run_header
 from fastweights.recipes.run import (
     RecipeRun,
@@ -143,7 +142,7 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
         curves: label (e.g. the sequence layer) → one stream order's evaluation (``tasks`` and
             ``by_occurrence``).
     """
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = new_figure(figsize=(6.4, 4.0))
     ax = fig.subplots()
     for j, (label, res) in enumerate(curves.items()):
         for i, (task, occ) in enumerate(zip(res["tasks"], res["by_occurrence"], strict=True)):
@@ -156,7 +155,7 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
                 color=f"C{j}",  # one colour per model; solid = task 1, dashed = task 2
                 label=f"{label}: task {i + 1} ({task})",
             )
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_ticks(ax.xaxis)
     ax.set_xlabel("k-th occurrence of the class in its task")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
