@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -10,9 +11,10 @@ from torch import Tensor, nn
 from fastweights.checks import check_finite, check_int, describe
 from fastweights.layers.base import check_input_dtype
 
-__all__ = ["Conv4", "FeatureInput", "NORMS"]
+__all__ = ["CONV4_IMPLS", "Conv4", "FeatureInput", "NORMS"]
 
 NORMS = ("instance", "batch", "none")  # the normalisations of Conv4's blocks
+CONV4_IMPLS = ("fast", "reference")  # how Conv4 computes its blocks (same parameters and function)
 
 
 def _norm(kind: str, channels: int) -> nn.Module:
@@ -23,6 +25,18 @@ def _norm(kind: str, channels: int) -> nn.Module:
     if kind == "none":
         return nn.Identity()
     raise ValueError(f"norm: expected 'instance', 'batch' or 'none', got {kind!r}")
+
+
+class _ChannelsLastGrad(torch.autograd.Function):
+    """Identity whose backward hands on its gradient in channels-last layout."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        return grad.contiguous(memory_format=torch.channels_last)
 
 
 class Conv4(nn.Module):
@@ -38,6 +52,13 @@ class Conv4(nn.Module):
         image_size: input height = width; must be divisible by 16.
         norm: ``"instance"`` (default), ``"batch"`` or ``"none"``.
         dropout: dropout rate after each pool (the reference's ``vision_dropout``).
+        impl: ``"fast"`` (default): convolution and max-pooling in channels-last memory layout
+            (NHWC, which oneDNN's convolutions and PyTorch's pooling kernels run natively on CPU;
+            the instance norm's gradient is handed back in that layout too) and the ReLU in place;
+            ``"reference"``: the plain ``nn.Sequential`` of the modules in NCHW layout. The same
+            parameters (state-dict keys) and function: outputs and gradients agree to float rounding
+            (``tests/models/test_backbones.py``); with ``dropout > 0`` the masks are drawn in the
+            other layout's order (the same distribution, other draws). Settable after construction.
 
     Input ``[N, in_channels, S, S]`` float in the dtype of the parameters (``N = 0`` allowed); output
     ``[N, channels * (S/16)²]`` (``feature_dim``).
@@ -56,6 +77,7 @@ class Conv4(nn.Module):
         norm: str = "instance",
         dropout: float = 0.0,
         pool_before_norm: bool = False,
+        impl: str = "fast",
     ) -> None:
         super().__init__()
         check_int("in_channels", in_channels)
@@ -71,6 +93,34 @@ class Conv4(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         self.in_channels, self.image_size = in_channels, image_size
         self.feature_dim = channels * (image_size // 16) ** 2
+        self.impl = impl
+
+    @property
+    def impl(self) -> str:
+        """``"fast"`` or ``"reference"``: how the blocks are computed (see the class)."""
+        return self._impl
+
+    @impl.setter
+    def impl(self, value: str) -> None:
+        if value not in CONV4_IMPLS:
+            raise ValueError(f"impl: expected one of {list(CONV4_IMPLS)}, got {value!r}")
+        self._impl = value
+
+    def _fast_blocks(self, x: Tensor) -> Tensor:
+        """The blocks of ``impl="fast"``: ``[N, C, S, S]`` → ``[N, C', S/16, S/16]`` (channels-last)."""
+        for block in self.blocks:
+            for m in block:
+                if isinstance(m, (nn.Conv2d, nn.MaxPool2d)):
+                    x = m(x.contiguous(memory_format=torch.channels_last))
+                elif isinstance(m, nn.InstanceNorm2d):
+                    # computed by PyTorch in NCHW; its input gradient is handed back channels-last, which
+                    # keeps the max-pool backward before it off a slow mixed-layout path (measured 3×)
+                    x = m(_ChannelsLastGrad.apply(x))
+                elif isinstance(m, nn.ReLU):
+                    x = torch.relu_(x)  # on a fresh op output that no backward needs
+                elif not (isinstance(m, nn.Dropout) and m.p == 0.0):
+                    x = m(x)
+        return x
 
     def forward(self, images: Tensor) -> Tensor:
         """``images [N, in_channels, S, S]`` → features ``[N, feature_dim]`` (``N = 0`` gives ``[0, F]``).
@@ -94,7 +144,9 @@ class Conv4(nn.Module):
         check_finite("images", images)
         if images.shape[0] == 0:  # the norms reject empty batches
             return images.new_zeros(0, self.feature_dim)
-        return self.blocks(images).flatten(1)
+        if self.impl == "reference":
+            return self.blocks(images).flatten(1)
+        return self._fast_blocks(images).flatten(1)  # flatten copies into (C, H, W) order
 
 
 class FeatureInput(nn.Module):

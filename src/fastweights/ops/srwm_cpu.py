@@ -9,12 +9,15 @@ for the equations), with or without the read-only stream; float32 uses a vectori
 
 Built on first use with ``torch.utils.cpp_extension.load`` (a C++ compiler and ninja are needed;
 ~30 s once) into ``$TORCH_EXTENSIONS_DIR/<name>`` or ``~/.cache/fastweights/extensions/<name>``, the
-name hashed from the CPU model and its ISA flags (``-march=native``), the compiler flags and the
-source; it is compiled from a copy of the source in that folder, so every install of the package at
-another path (a wheel, a checkout, a second virtualenv) shares one build. When it cannot be built, one
-line is logged and the fast path is used. Builds are serialised by an OS file lock (``filelock``),
-which the kernel releases when a process dies; holding it, a build removes the baton file that torch's
-own builder leaves behind when a process is killed mid-build (torch would wait for it forever).
+name hashed from the CPU model and its ISA flags (``-march=native``), the compiler flags, the source
+and the torch installation it compiles against (its version and folder: the build file names that
+torch's headers, so two virtualenvs sharing one folder would rebuild each other's kernel at every
+switch); it is compiled from a copy of the source in that folder, so every install of the package at
+another path with the same torch (a wheel, a checkout) shares one build; ``scripts/setup.sh`` builds
+it. When it cannot be built, one line is logged and the fast path is used. Builds are serialised by
+an OS file lock (``filelock``), which the kernel releases when a process dies; holding it, a build
+removes the baton file that torch's own builder leaves behind when a process is killed mid-build
+(torch would wait for it forever).
 
 Measured (benchmarks/layers.py, B=8 H=8 E=32 T=1024, fp32, fwd+bwd, 2 threads; docs/results.md).
 """
@@ -53,13 +56,17 @@ _FLAGS = [
 def _build_name() -> str:
     """The extension's name, per CPU model and ISA flags (``-march=native`` builds must not be shared
     between CPUs, e.g. a home folder mounted on several cluster nodes), source and compiler flags (two
-    installed versions of the package never rebuild each other's kernel)."""
+    installed versions of the package never rebuild each other's kernel) and torch installation (its
+    headers' folder is in the build file)."""
+    import torch
+
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
         model = " ".join(next((x for x in lines if x.startswith(key)), "") for key in ("model name", "flags"))
     except OSError:
         model = platform.processor()
-    key = hashlib.sha1(f"{platform.machine()} {model} {_FLAGS}".encode())
+    torch_install = f"{torch.__version__} {Path(torch.__file__).resolve().parent}"
+    key = hashlib.sha1(f"{platform.machine()} {model} {_FLAGS} {torch_install}".encode())
     key.update(_SOURCE.read_bytes())
     return f"fastweights_srwm_cpu_{key.hexdigest()[:12]}"
 
