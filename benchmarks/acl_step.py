@@ -12,7 +12,8 @@ the large-``mm`` rate of this CPU and the backbone's convolution FLOPs per step 
 roofline: how much faster an fp32 backbone could still get); then, timed alternately round by round (a
 slow spell of a shared machine hits both alike), the minimum seconds of the whole step and of the
 backbone's forward + backward per variant, the ratio to the reference and each variant's peak tensor
-memory during one step (torch's allocations, ``_memory.peak_bytes``).
+memory during one step (torch's allocations, ``_memory.peak_bytes``). Huge pages for torch's allocator
+as the CLI sets them (``THP_MEM_ALLOC_ENABLE=1`` unless set or off in the kernel).
 
     python benchmarks/acl_step.py [--preset quick] [--rounds 10] [--threads 2]
 """
@@ -24,15 +25,19 @@ import copy
 import time
 from collections.abc import Callable
 
-import torch
-from _memory import peak_bytes
+from fastweights.cli import _huge_pages_by_default
 
-from fastweights.cl.objective import acl_loss
-from fastweights.cl.tasks import TaskTensors
-from fastweights.config import load_config, preset_path
-from fastweights.models.backbones import Conv4
-from fastweights.models.in_context import InContextClassifier
-from fastweights.recipes import acl
+_huge_pages_by_default()  # torch's allocator as in every `fastweights` run (set before torch is imported)
+
+import torch  # noqa: E402
+from _memory import peak_bytes  # noqa: E402
+
+from fastweights.cl.objective import acl_loss  # noqa: E402
+from fastweights.cl.tasks import TaskTensors  # noqa: E402
+from fastweights.config import load_config, preset_path  # noqa: E402
+from fastweights.models.backbones import Conv4  # noqa: E402
+from fastweights.models.in_context import InContextClassifier  # noqa: E402
+from fastweights.recipes import acl  # noqa: E402
 
 
 def conv_flops(net: Conv4, image_size: int) -> tuple[float, float]:

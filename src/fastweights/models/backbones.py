@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fastweights.checks import check_finite, check_int, describe
@@ -110,14 +111,22 @@ class Conv4(nn.Module):
         """The blocks of ``impl="fast"``: ``[N, C, S, S]`` → ``[N, C', S/16, S/16]`` (channels-last)."""
         for block in self.blocks:
             for m in block:
-                if isinstance(m, (nn.Conv2d, nn.MaxPool2d)):
+                if isinstance(m, nn.Conv2d):
+                    # a channels-last weight makes the convolution channels-last: an NCHW input (the
+                    # images) is reordered inside it, so the convolution keeps the caller's tensor for its
+                    # weight gradient instead of a channels-last copy of the batch
+                    weight = m.weight.contiguous(memory_format=torch.channels_last)
+                    x = F.conv2d(x, weight, m.bias, m.stride, m.padding)
+                elif isinstance(m, nn.MaxPool2d):
                     x = m(x.contiguous(memory_format=torch.channels_last))
                 elif isinstance(m, nn.InstanceNorm2d):
                     # computed by PyTorch in NCHW; its input gradient is handed back channels-last, which
                     # keeps the max-pool backward before it off a slow mixed-layout path (measured 3×)
                     x = m(_ChannelsLastGrad.apply(x))
                 elif isinstance(m, nn.ReLU):
-                    x = torch.relu_(x)  # on a fresh op output that no backward needs
+                    # in place, on the layout of the next convolution: the tensor ReLU keeps for its
+                    # backward is then the one the convolution keeps, not a second copy of the maps
+                    x = torch.relu_(x.contiguous(memory_format=torch.channels_last))
                 elif not (isinstance(m, nn.Dropout) and m.p == 0.0):
                     x = m(x)
         return x
