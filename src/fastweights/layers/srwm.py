@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from fastweights.checks import check_choice
 from fastweights.layers.base import SequenceLayer, check_heads
 from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_reference, srwm_with_reads
 
@@ -80,8 +81,7 @@ class SRWMLayer(SequenceLayer):
 
     @impl.setter
     def impl(self, value: str) -> None:
-        if value not in SRWM_IMPLS:
-            raise ValueError(f"impl: expected one of {list(SRWM_IMPLS)}, got {value!r}")
+        check_choice("impl", value, SRWM_IMPLS)
         self._impl = value
 
     def reset_srwm_parameters(self) -> None:

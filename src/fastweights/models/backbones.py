@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fastweights.checks import check_finite, check_int, describe
+from fastweights.checks import check_choice, check_finite, check_int, describe
 from fastweights.layers.base import check_input_dtype
 
 __all__ = ["CONV4_IMPLS", "Conv4", "FeatureInput", "NORMS"]
@@ -103,8 +103,7 @@ class Conv4(nn.Module):
 
     @impl.setter
     def impl(self, value: str) -> None:
-        if value not in CONV4_IMPLS:
-            raise ValueError(f"impl: expected one of {list(CONV4_IMPLS)}, got {value!r}")
+        check_choice("impl", value, CONV4_IMPLS)
         self._impl = value
 
     def _fast_blocks(self, x: Tensor) -> Tensor:
