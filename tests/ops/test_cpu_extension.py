@@ -1,0 +1,51 @@
+"""The build of the compiled CPU kernels: a killed build's lock, one build shared by installs at other
+paths. Skipped for a kernel that cannot be built here (no compiler)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastweights.ops import pool_norm_relu, srwm_cpu
+
+EXTENSIONS = [srwm_cpu.EXTENSION, pool_norm_relu.EXTENSION]
+
+
+@pytest.fixture(params=EXTENSIONS, ids=lambda e: e.stem)
+def extension(request):
+    if not request.param.available():
+        pytest.skip(f"the {request.param.what} did not build")
+    return request.param
+
+
+def test_a_killed_builds_lock_is_removed(extension, caplog):
+    # torch's builder leaves its baton file behind when killed mid-build and then waits for it forever;
+    # under the OS lock, a build removes it (the kernel is built here already: ninja has nothing to do)
+    baton = extension.build_directory() / "lock"
+    baton.write_text("")
+    with caplog.at_level("INFO", logger=extension.log.name):
+        module = extension.build()
+    assert not baton.exists() and hasattr(module, "__file__")
+    assert "stale build lock" in caplog.text
+
+
+def test_an_install_at_another_path_reuses_the_build(extension, tmp_path, monkeypatch):
+    # a wheel or a second checkout has the same source at another path: the build file names the copy in
+    # the build folder, so ninja finds everything up to date (no ~30 s rebuild, no rebuild back after)
+    folder = extension.build_directory()
+    extension.build()
+    ninja, so = folder / "build.ninja", next(folder.glob("*.so"))
+    before = (ninja.read_text(), so.stat().st_mtime_ns)
+    elsewhere = tmp_path / "site-packages" / "fastweights" / "ops" / "csrc" / extension.source.name
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_bytes(extension.source.read_bytes())
+    monkeypatch.setattr(extension, "source", elsewhere)
+    assert extension.build_directory() == folder
+    assert extension.build() is not None
+    assert (ninja.read_text(), so.stat().st_mtime_ns) == before
+    assert str(tmp_path) not in ninja.read_text()
+
+
+def test_the_builds_are_named_per_source():
+    names = [e.build_name() for e in EXTENSIONS]
+    assert len(set(names)) == len(names)
+    assert all(n.startswith(f"fastweights_{e.stem}_") for n, e in zip(names, EXTENSIONS, strict=True))
