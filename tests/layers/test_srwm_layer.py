@@ -114,3 +114,95 @@ def test_layer_bad_inputs():
         SRWMLayer(10, 3)
     with pytest.raises(ValueError, match="sequence_layer"):
         make_sequence_layer("nope", 12, 3)
+
+
+def test_initial_fast_weights_equal_an_empty_call_in_values_and_gradient():
+    torch.manual_seed(0)
+    layer = SRWMLayer(16, 2, use_input_softmax=True, init="modern").double()
+    empty = torch.zeros(3, 0, 16, dtype=torch.float64)
+    w = layer.initial_fast_weights(empty)
+    _, w_ref = layer(empty)
+    torch.testing.assert_close(w, w_ref, rtol=0, atol=0)
+    probe = torch.randn(w.shape, dtype=torch.float64)
+    (g,) = torch.autograd.grad((w * probe).sum(), (layer.weight,))
+    (g_ref,) = torch.autograd.grad((w_ref * probe).sum(), (layer.weight,))
+    torch.testing.assert_close(g, g_ref, rtol=1e-14, atol=1e-14)
+
+
+def _stretchwise(layer, x, state, reset):
+    """:meth:`SRWMLayer.forward_with_resets` the plain way: one call per stretch between resets, the
+    resetting sequences' weights set to the slow weights in between."""
+    s0 = layer.initial_fast_weights(x)
+    state = s0 if state is None else state
+    t_len = x.shape[1]
+    starts = [0] + [t for t in range(1, t_len) if reset[:, t].any()]
+    outs = []
+    for lo, hi in zip(starts, [*starts[1:], t_len], strict=True):
+        state = torch.where(reset[:, lo].view(-1, 1, 1, 1), s0, state)
+        out, state = layer(x[:, lo:hi], state)
+        outs.append(out)
+    return torch.cat(outs, dim=1), state
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+@pytest.mark.parametrize("softmax", [True, False])
+@pytest.mark.parametrize(
+    "resets",
+    [
+        [],  # none: one plain call
+        [(1, 0)],  # at the first step only
+        [(0, 0), (0, 3), (2, 3), (2, 4), (1, 6), (2, 6)],  # several, two in a row, at the last step
+        [(b, t) for b in range(3) for t in range(7)],  # every step
+    ],
+)
+def test_forward_with_resets_equals_stretchwise_calls_fp64(impl, softmax, resets):
+    torch.manual_seed(0)
+    layer = SRWMLayer(12, 2, use_input_softmax=softmax, init="modern", impl=impl).double()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 7, 12, generator=g, dtype=torch.float64, requires_grad=True)
+    state = layer.initial_fast_weights(x) + 0.1 * torch.randn(3, 2, 6, 22, generator=g, dtype=torch.float64)
+    state = state.detach().requires_grad_()
+    reset = torch.zeros(3, 7, dtype=torch.bool)
+    for b, t in resets:
+        reset[b, t] = True
+    probe = torch.randn(3, 7, 12, generator=g, dtype=torch.float64)
+    results = []
+    for run in (layer.forward_with_resets, lambda *a: _stretchwise(layer, *a)):
+        out, final = run(x, state, reset)
+        loss = (out * probe).sum() + final.square().sum()
+        inputs = (x, state, layer.weight, layer.out_linear.weight)
+        # no reset and a given state: the slow weights are not used (a zero gradient)
+        grads = torch.autograd.grad(loss, inputs, allow_unused=True, materialize_grads=True)
+        results.append((out, final, grads))
+    (out, final, grads), (out_r, final_r, grads_r) = results
+    torch.testing.assert_close(out, out_r, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(final, final_r, rtol=1e-12, atol=1e-12)
+    for gr, gr_r in zip(grads, grads_r, strict=True):
+        torch.testing.assert_close(gr, gr_r, rtol=1e-11, atol=1e-11)
+
+
+def test_forward_with_resets_float32_and_from_the_slow_weights():
+    torch.manual_seed(0)
+    layer = SRWMLayer(16, 2, use_input_softmax=True, init="modern")
+    x = torch.randn(4, 9, 16)
+    reset = torch.zeros(4, 9, dtype=torch.bool)
+    reset[1, 4] = reset[3, 2] = reset[3, 8] = True
+    out, final = layer.forward_with_resets(x, None, reset)
+    out_r, final_r = _stretchwise(layer, x, None, reset)
+    torch.testing.assert_close(out, out_r, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(final, final_r, rtol=1e-5, atol=1e-6)
+    empty, state = layer.forward_with_resets(x[:, :0], None, reset[:, :0])
+    assert empty.shape == (4, 0, 16)
+    torch.testing.assert_close(state, layer.initial_fast_weights(x), rtol=0, atol=0)
+
+
+def test_forward_with_resets_rejects_a_bad_reset():
+    layer = SRWMLayer(8, 2)
+    x = torch.randn(2, 3, 8)
+    for bad in (torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.bool), [[False] * 3] * 2):
+        with pytest.raises(ValueError, match=r"reset: expected a bool tensor of shape \[B, T\] = \[2, 3\]"):
+            layer.forward_with_resets(x, None, bad)
+    with pytest.raises(ValueError, match=r"x: expected finite values"):
+        layer.forward_with_resets(
+            torch.full((2, 3, 8), float("nan")), None, torch.zeros(2, 3, dtype=torch.bool)
+        )

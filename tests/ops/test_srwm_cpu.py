@@ -171,3 +171,31 @@ def test_an_empty_sequence_keeps_the_state():
     torch.testing.assert_close(w, w0, rtol=0, atol=0)
     (g,) = torch.autograd.grad(w.square().sum(), (w0,))
     torch.testing.assert_close(g, 2 * w0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_without_gradients_the_kernel_runs_outside_autograd_with_the_same_numbers(read):
+    """Under ``no_grad`` or with no input requiring grad (acting): the forward kernel alone, bit for bit the
+    autograd Function's outputs, nothing recorded."""
+    x, w0 = srwm_case(3, 5, 2, 4)
+    x_read = torch.randn(x.shape, dtype=x.dtype) if read else None
+    y, y_read, w = srwm_cpu.srwm_fused_cpu(x, w0, x_read)
+    for ctx, args in (
+        (torch.no_grad(), (x, w0)),
+        (torch.enable_grad(), (x.detach(), w0.detach())),
+    ):
+        with ctx:
+            y2, y_read2, w2 = srwm_cpu.srwm_fused_cpu(args[0], args[1], x_read)
+        assert y2.grad_fn is None and w2.grad_fn is None
+        torch.testing.assert_close(y2, y.detach(), rtol=0, atol=0)
+        torch.testing.assert_close(w2, w.detach(), rtol=0, atol=0)
+        if read:
+            torch.testing.assert_close(y_read2, y_read.detach(), rtol=0, atol=0)
+        else:
+            assert y_read2 is None
+    # the expanded slow weights of a fresh batch (a stride-0 view) as the starting weights
+    w_slow = w0[0].detach()
+    y3, _, w3 = srwm_cpu.srwm_fused_cpu(x.detach(), w_slow.expand_as(w0), None)
+    y4, _, w4 = srwm_cpu.srwm_fused_cpu(x.detach(), w_slow.expand_as(w0).contiguous(), None)
+    torch.testing.assert_close(y3, y4, rtol=0, atol=0)
+    torch.testing.assert_close(w3, w4, rtol=0, atol=0)

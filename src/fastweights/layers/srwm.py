@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from fastweights.checks import check_choice
 from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.ops._common import compute_dtype
 from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_reference, srwm_with_reads
 
 __all__ = ["SRWMLayer", "pack_srwm_blocks", "SRWM_IMPLS"]
@@ -103,6 +104,16 @@ class SRWMLayer(SequenceLayer):
         b, t = y.shape[:2]
         return self.layer_norm(x) + self.dropout(self.out_linear(y.reshape(b, t, self.d_model)))
 
+    def initial_fast_weights(self, x: Tensor) -> Tensor:
+        """The fast weights ``[B, H, E, 3E+4]`` that ``self(x)`` (``state=None``) starts from, for
+        ``x [B, T, D]``: ``self.weight`` in ``x``'s dtype, then the op's compute dtype (float32 for half
+        inputs), expanded over the batch (a read-only view, differentiable in ``self.weight``).
+
+        Equal in values and gradient to the state returned by a ``T = 0`` call, without running the op.
+        """
+        w = self.weight.to(x.dtype).to(compute_dtype(x.dtype))
+        return w.unsqueeze(0).expand(x.shape[0], *w.shape)
+
     def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, 3E+4])``."""
         op = srwm if self.impl == "fast" else srwm_reference
@@ -110,6 +121,66 @@ class SRWMLayer(SequenceLayer):
             self._heads(x), self.weight.to(x.dtype), initial_state=state, output_final_state=True
         )
         return self._output(x, y), new_state
+
+    def forward_with_resets(self, x: Tensor, state: Tensor | None, reset: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` with the fast weights of sequence ``b`` set back to the slow weights (the
+        state of :meth:`initial_fast_weights`) before step ``t`` is read wherever ``reset[b, t]`` — e.g.
+        the episode starts of the RL cores (``fastweights.rl.cores``).
+
+        One op call, equal in values and gradients to calling :meth:`forward` on each stretch between
+        resets with the resetting sequences' weights replaced in between. Every piece of a sequence
+        that starts at a reset after step 0 becomes an extra batch row starting from the slow weights,
+        and each row's op inputs (after the input softmax) are zero outside its own steps: a zero SRWM
+        input is an exact no-op (``y = 0``; ``q = k``, so ``q - k = 0`` and the update is 0), so each
+        row's outputs on its steps and its final weights are those of its piece alone. Costs one row of
+        fast weights ``[H, E, 3E+4]`` and ``T`` steps of the op per reset after step 0.
+
+        Args:
+            x: ``[B, T, D]`` input (as for :meth:`forward`).
+            state: ``[B, H, E, 3E+4]`` fast weights before step 0, or ``None`` (the slow weights).
+            reset: ``[B, T]`` bool.
+
+        Returns:
+            ``(out [B, T, D], final fast weights [B, H, E, 3E+4])``.
+
+        Raises:
+            ValueError: for a bad ``x`` or ``state`` (as for :meth:`forward`) or a ``reset`` that is not a
+                ``[B, T]`` bool tensor.
+        """
+        self.check_input(x)
+        b, t_len, _ = x.shape
+        if not isinstance(reset, Tensor) or reset.dtype != torch.bool or reset.shape != (b, t_len):
+            got = f"{reset.dtype} {list(reset.shape)}" if isinstance(reset, Tensor) else type(reset).__name__
+            raise ValueError(f"reset: expected a bool tensor of shape [B, T] = {[b, t_len]}, got {got}")
+        s0 = self.initial_fast_weights(x)
+        if state is None:
+            state = s0
+        if t_len == 0:
+            return self.forward_unpacked(x, state)
+        if bool(reset[:, 0].any()):
+            state = torch.where(reset[:, 0].view(b, 1, 1, 1), s0, state)
+        if t_len == 1 or not bool(reset[:, 1:].any()):
+            return self.forward_unpacked(x, state)
+        later = reset.clone()
+        later[:, 0] = False  # resets after step 0 start extra rows
+        pieces = later.sum(1)  # [B]
+        extra = int(pieces.sum())
+        # the batch row of every (b, t): b for the piece that starts at step 0, B + its index (in order of
+        # b, then t) for a piece that starts at a reset after step 0
+        piece = later.cumsum(1)  # [B, T] pieces started after step 0 so far
+        first = pieces.cumsum(0) - pieces  # [B] extra rows before sequence b's
+        rows = torch.arange(b, device=x.device)[:, None]
+        row = torch.where(piece == 0, rows, b - 1 + first[:, None] + piece)
+        index = (row * t_len + torch.arange(t_len, device=x.device)).flatten()  # into [B + R, T]
+        h = self._heads(x)
+        heads = h.new_zeros(b + extra, t_len, self.num_heads, self.head_dim)
+        heads = heads.flatten(0, 1).index_copy(0, index, h.flatten(0, 1)).view_as(heads)
+        start = torch.cat([state, s0[:1].expand(extra, *s0.shape[1:])])
+        op = srwm if self.impl == "fast" else srwm_reference
+        y, final = op(heads, self.weight.to(x.dtype), initial_state=start, output_final_state=True)
+        y = y.flatten(0, 1).index_select(0, index).view(b, t_len, self.num_heads, self.head_dim)
+        final = final.index_select(0, row[:, -1])
+        return self._output(x, y), final
 
     def read(self, x: Tensor, state: Tensor | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]`` from ``state`` (exact; see ``ops.srwm_read``)."""

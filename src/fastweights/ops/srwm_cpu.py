@@ -89,7 +89,15 @@ def srwm_fused_cpu(
     Raises:
         RuntimeError: when the kernel is not available (check :func:`available` first).
     """
-    if _load() is None:
+    ext = _load()
+    if ext is None:
         raise RuntimeError("the fused CPU SRWM kernel is not available (see the log for why)")
+    if not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in (x, x_read, w0)):
+        # nothing to differentiate (e.g. acting under no_grad): the same forward kernel, without the
+        # autograd Function, its saved tensors or the copy of the final weights kept for the backward
+        read, o = x_read is not None, w0.shape[-1] - 2 * x.shape[-1] - 4
+        xr = x_read.contiguous() if x_read is not None else x.new_empty(0)
+        y, y_read, _, _, w = ext.srwm_forward(x.contiguous(), xr, read, w0, o)
+        return y, (y_read if read else None), w
     y, y_read, w = _FusedSRWM.apply(x, x_read, w0)
     return y, (y_read if x_read is not None else None), w

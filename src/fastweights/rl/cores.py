@@ -148,9 +148,13 @@ class Core(nn.Module):
         return [m for m in self.layers if not isinstance(m, FakeSRWMLayer)]
 
     def _initial(self, ref: Tensor) -> list[Any]:
-        """``S_0`` of every stateful layer for a batch like ``ref [B, D]`` (with gradient to ``W_0``)."""
+        """``S_0`` of every stateful layer for a batch like ``ref [B, D]`` (with gradient to ``W_0``):
+        the SRWM's expanded slow weights, the other layers' state after an empty call."""
         empty = ref.new_zeros(ref.shape[0], 0, self.out_dim)
-        return [layer(empty)[1] for layer in self._stateful()]
+        return [
+            layer.initial_fast_weights(empty) if isinstance(layer, SRWMLayer) else layer(empty)[1]
+            for layer in self._stateful()
+        ]
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> CoreState:
         """The state of ``batch`` environments at their first step (all shifts zero)."""
@@ -159,22 +163,93 @@ class Core(nn.Module):
         shifts = tuple(_map(lambda s: torch.zeros_like(s.detach()), s) for s in self._initial(ref))
         return CoreState(shifts, torch.zeros(batch, dtype=torch.int64, device=device))
 
-    def forward(self, x: Tensor, done: Tensor, state: CoreState) -> tuple[Tensor, CoreState]:
-        """``x [T, B, in_dim]`` float, ``done [T, B]`` bool → ``(out [T, B, out_dim], new state)``.
-
-        Raises:
-            ValueError: for mismatched shapes.
-        """
+    def _check(self, x: Tensor, done: Tensor, state: CoreState) -> None:
         if x.dim() != 3 or done.shape != x.shape[:2] or state.steps.shape != x.shape[1:2]:
             raise ValueError(
                 f"x, done, state: expected x [T, B, D], done [T, B] and state for B environments, got "
                 f"x {list(x.shape)}, done {list(done.shape)}, state for {list(state.steps.shape)}"
             )
+
+    def _resets(self, done: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]:
+        """``(reset [T, B] bool, steps [B] after the T steps)``: where each environment's state is set
+        to ``S_0`` before the step is read (``done``, and for ``srwm_reset`` every ``reset_every``
+        steps since the last reset), and the step counts carried to the next call."""
+        t_len = done.shape[0]
+        if self.kind == "srwm_reset":
+            resets = []
+            for t in range(t_len):
+                reset = done[t] | (steps >= self.reset_every)
+                steps = torch.where(reset, torch.zeros_like(steps), steps) + 1
+                resets.append(reset)
+            return torch.stack(resets), steps
+        if t_len == 0:
+            return done, steps
+        index = torch.arange(t_len, device=done.device)[:, None]
+        last = torch.where(done, index, -1).amax(0)  # the last reset of each environment, -1: none
+        return done, torch.where(last >= 0, t_len - last, steps + t_len)
+
+    def forward(self, x: Tensor, done: Tensor, state: CoreState) -> tuple[Tensor, CoreState]:
+        """``x [T, B, in_dim]`` float, ``done [T, B]`` bool → ``(out [T, B, out_dim], new state)``.
+
+        Layer by layer over the whole unroll: an SRWM layer runs once with the resets (``done``, or
+        ``srwm_reset``'s period) inside (:meth:`SRWMLayer.forward_with_resets`); the other stateful
+        layers once per stretch of steps without a reset in any environment, their state set to ``S_0``
+        for the resetting environments between stretches; the feed-forward blocks once over all steps.
+        The same recurrence as :meth:`forward_reference` (one call per layer and step): equal outputs,
+        state and gradients up to float rounding (``T = 1`` SRWM calls: bit for bit), no random numbers
+        drawn (the core has no dropout).
+
+        Raises:
+            ValueError: for mismatched shapes.
+        """
+        self._check(x, done, state)
+        h = self.proj(x)
+        if not self.layers or x.shape[0] == 0:
+            return h, CoreState(state.shifts, state.steps + x.shape[0])
+        t_len = x.shape[0]
+        resets, steps = self._resets(done, state.steps)
+        if all(isinstance(layer, SRWMLayer) for layer in self._stateful()):
+            any_reset, stretches = [], []  # the SRWM layers take the resets inside one call
+        else:
+            any_reset = resets.any(1).tolist()  # [T] on the host: where the stretches start
+            starts = [0] + [t for t in range(1, t_len) if any_reset[t]]
+            stretches = list(zip(starts, [*starts[1:], t_len], strict=True))
+        init = self._initial(h[0])
+        z = h.transpose(0, 1)  # [B, T, D]
+        shifts, k = [], 0
+        for i, layer in enumerate(self.layers):
+            if isinstance(layer, FakeSRWMLayer):
+                z = layer(z)
+            else:
+                s0, dim = init[k], getattr(layer, "state_batch_dim", 0)
+                current = _map(torch.add, s0, state.shifts[k])
+                if isinstance(layer, SRWMLayer):  # one call, the resets inside
+                    z, current = layer.forward_with_resets(z, current, resets.T)
+                else:
+                    outs = []
+                    for lo, hi in stretches:
+                        if any_reset[lo]:
+                            current = _reset(current, s0, resets[lo], dim)
+                        out, current = layer(z[:, lo:hi], current)
+                        outs.append(out)
+                    z = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+                shifts.append(_map(torch.sub, current, s0))
+                k += 1
+            if self.ffs:
+                z = self.ffs[i](z)
+        return z.transpose(0, 1), CoreState(tuple(shifts), steps)
+
+    def forward_reference(self, x: Tensor, done: Tensor, state: CoreState) -> tuple[Tensor, CoreState]:
+        """:meth:`forward` one time step at a time (every layer called once per step, ``S_0`` from an
+        empty call of each layer): the plain form of the recurrence, for parity checks. Same arguments,
+        returns and errors."""
+        self._check(x, done, state)
         h = self.proj(x)
         if not self.layers:
             return h, CoreState(state.shifts, state.steps + x.shape[0])
         dims = [getattr(layer, "state_batch_dim", 0) for layer in self._stateful()]
-        init = self._initial(h[0])
+        empty = h[0].new_zeros(h.shape[1], 0, self.out_dim)
+        init = [layer(empty)[1] for layer in self._stateful()]
         current = [_map(torch.add, s0, d) for s0, d in zip(init, state.shifts, strict=True)]
         steps = state.steps
         outs = []
