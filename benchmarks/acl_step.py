@@ -13,8 +13,9 @@ the large-``mm`` rate of this CPU and the backbone's convolution FLOPs per step 
 roofline: how much faster an fp32 backbone could still get); then, timed alternately round by round (a
 slow spell of a shared machine hits both alike), the minimum seconds of the whole step and of the
 backbone's forward + backward per variant, the ratio to the reference and each variant's peak tensor
-memory during one step (torch's allocations, ``_memory.peak_bytes``). Huge pages for torch's allocator
-as the CLI sets them (``THP_MEM_ALLOC_ENABLE=1`` unless set or off in the kernel).
+memory during one step (torch's allocations, ``_memory.peak_bytes``). The CPU memory settings of the
+CLI (``fastweights.cli.process_defaults``: huge pages for torch's allocator, freed memory reused by
+malloc).
 
     python benchmarks/acl_step.py [--preset quick] [--rounds 10] [--threads 2]
 """
@@ -26,9 +27,9 @@ import copy
 import time
 from collections.abc import Callable
 
-from fastweights.cli import _huge_pages_by_default
+from fastweights.cli import process_defaults
 
-_huge_pages_by_default()  # torch's allocator as in every `fastweights` run (set before torch is imported)
+process_defaults()  # CPU memory settings as in every `fastweights` run (set before torch is imported)
 
 import torch  # noqa: E402
 from _memory import peak_bytes  # noqa: E402
@@ -39,6 +40,7 @@ from fastweights.config import load_config, preset_path  # noqa: E402
 from fastweights.models.backbones import Conv4  # noqa: E402
 from fastweights.models.in_context import InContextClassifier  # noqa: E402
 from fastweights.recipes import acl  # noqa: E402
+from fastweights.train.precision import native_bf16  # noqa: E402
 
 
 def conv_flops(net: Conv4, image_size: int) -> tuple[float, float]:
@@ -71,10 +73,16 @@ class Step:
     """One variant: its own copy of the model and optimiser, stepping on fixed random inputs."""
 
     def __init__(
-        self, model: InContextClassifier, impl: str, images: list[torch.Tensor], labels: list
+        self,
+        model: InContextClassifier,
+        impl: str,
+        images: list[torch.Tensor],
+        labels: list,
+        precision: str = "fp32",
     ) -> None:
         self.model = copy.deepcopy(model)
         self.model.backbone.impl = impl
+        self.model.backbone.precision = precision
         self.opt = torch.optim.Adam(self.model.parameters(), 1e-3)
         self.images, self.labels = images, labels
 
@@ -104,7 +112,7 @@ def _errors(step: Step, exact: Step) -> tuple[float, float]:
     def run(s: Step) -> tuple[torch.Tensor, torch.Tensor]:
         s.model.zero_grad()
         s.loss().backward()
-        with torch.no_grad():
+        with torch.no_grad():  # in training mode: the features the step computes (bf16 in fast-bf16)
             feats = s.model.embed(s.images[0])
         return feats.double(), torch.cat([p.grad.double().flatten() for p in s.model.parameters()])
 
@@ -128,6 +136,9 @@ def main() -> None:
     images = [torch.randn(shape) for _ in range(2)]  # two domains, one task each
     labels = [tuple(torch.randint(0, n, (t.batch_size, n * m)) for m in (k, q)) for _ in range(2)]
     steps = {impl: Step(model, impl, images, labels) for impl in ("reference", "fast")}
+    native, what = native_bf16(torch.device("cpu"))
+    if native:  # the opt-in bfloat16 backbone (train.backbone_precision=bf16), on CPUs that have it
+        steps["fast-bf16"] = Step(model, "fast", images, labels, precision="bf16")
     per_image = conv_flops(model.backbone, d.image_size)
     count = 2 * images[0].shape[0] * images[0].shape[1]
     print(
@@ -141,9 +152,9 @@ def main() -> None:
     model.float()
     errors = {impl: _errors(s, exact) for impl, s in steps.items()}
     for impl, (feat_err, grad_err) in errors.items():
-        print(
-            f"{impl:9s} float32 vs the float64 reference: features {feat_err:.1e}, gradients {grad_err:.1e}"
-        )
+        kind = "bfloat16 backbone" if impl == "fast-bf16" else "float32"
+        print(f"{impl:9s} {kind} vs the float64 reference: features {feat_err:.1e}, gradients {grad_err:.1e}")
+    print(f"native bfloat16 on this CPU: {what}" + ("" if native else " (the fast-bf16 variant is not run)"))
     if max(errors["fast"]) > 10 * max(errors["reference"]) + 1e-6:
         raise SystemExit("the fast backbone is further from the float64 reference than float32 rounding")
 

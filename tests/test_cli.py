@@ -1,4 +1,5 @@
-"""The CLI's process setup: transparent huge pages for torch's CPU allocator by default."""
+"""The CLI's process setup: transparent huge pages for torch's CPU allocator and reuse of freed memory by
+glibc's malloc by default."""
 
 from __future__ import annotations
 
@@ -52,3 +53,31 @@ cli.main([])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "1"]
+
+
+def test_malloc_reuses_freed_memory_for_large_blocks():
+    """After the setting, a freed 64 MiB block is reused (no new memory map per large tensor); with
+    FASTWEIGHTS_MALLOC_REUSE=0 glibc maps it (its default for blocks of 32 MiB or more)."""
+    code = """
+import ctypes, os, sys
+from fastweights import cli
+
+class Info(ctypes.Structure):  # glibc's struct mallinfo2
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+applied = cli._malloc_reuses_freed_memory()
+before = libc.mallinfo2().hblks  # blocks mapped so far (by the imports)
+block = libc.malloc(64 << 20)
+print(applied, libc.mallinfo2().hblks - before)
+"""
+    import os
+
+    for reuse, expected in (("1", ["True", "0"]), ("0", ["False", "1"])):
+        env = {**os.environ, "FASTWEIGHTS_MALLOC_REUSE": reuse}
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        assert out.stdout.split() == expected

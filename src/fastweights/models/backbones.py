@@ -13,10 +13,11 @@ from fastweights.checks import check_choice, check_finite, check_int, describe
 from fastweights.layers.base import check_input_dtype
 from fastweights.ops.pool_norm_relu import pool_norm_relu
 
-__all__ = ["CONV4_IMPLS", "Conv4", "FeatureInput", "NORMS"]
+__all__ = ["CONV4_IMPLS", "CONV4_PRECISIONS", "Conv4", "FeatureInput", "NORMS"]
 
 NORMS = ("instance", "batch", "none")  # the normalisations of Conv4's blocks
 CONV4_IMPLS = ("fast", "reference")  # how Conv4 computes its blocks (same parameters and function)
+CONV4_PRECISIONS = ("fp32", "bf16")  # Conv4.precision: the compute dtype of its training-mode forward
 
 
 def _norm(kind: str, channels: int) -> nn.Module:
@@ -71,6 +72,12 @@ class Conv4(nn.Module):
             to float rounding (``tests/models/test_backbones.py``); with ``dropout > 0`` the masks are
             drawn in the other layout's order (the same distribution, other draws). Settable after
             construction.
+        precision: ``"fp32"`` (default): compute in the parameters' dtype; ``"bf16"``: in training mode,
+            the blocks run under ``torch.autocast`` to bfloat16 (convolutions and the fused
+            pool-norm-ReLU on bfloat16 maps; parameters, their gradients and the norm's statistics stay
+            float32) and the features are returned in float32; evaluation mode always computes in the
+            parameters' dtype. Only a speed option for CPUs/GPUs with native bfloat16 (the recipes'
+            ``train.backbone_precision`` checks that); settable after construction.
 
     Input ``[N, in_channels, S, S]`` float in the dtype of the parameters (``N = 0`` allowed); output
     ``[N, channels * (S/16)²]`` (``feature_dim``).
@@ -90,6 +97,7 @@ class Conv4(nn.Module):
         dropout: float = 0.0,
         pool_before_norm: bool = False,
         impl: str = "fast",
+        precision: str = "fp32",
     ) -> None:
         super().__init__()
         check_int("in_channels", in_channels)
@@ -107,6 +115,17 @@ class Conv4(nn.Module):
         self.pool_before_norm = pool_before_norm
         self.feature_dim = channels * (image_size // 16) ** 2
         self.impl = impl
+        self.precision = precision
+
+    @property
+    def precision(self) -> str:
+        """``"fp32"`` or ``"bf16"``: the compute dtype of the training-mode forward (see the class)."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        check_choice("precision", value, CONV4_PRECISIONS)
+        self._precision = value
 
     @property
     def impl(self) -> str:
@@ -174,9 +193,12 @@ class Conv4(nn.Module):
         check_finite("images", images)
         if images.shape[0] == 0:  # the norms reject empty batches
             return images.new_zeros(0, self.feature_dim)
-        if self.impl == "reference":
-            return self.blocks(images).flatten(1)
-        return self._fast_blocks(images).flatten(1)  # flatten copies into (C, H, W) order
+        blocks = self.blocks if self.impl == "reference" else self._fast_blocks
+        if self.training and self.precision == "bf16":
+            with torch.autocast(images.device.type, dtype=torch.bfloat16):
+                maps = blocks(images)
+            return maps.float().flatten(1)
+        return blocks(images).flatten(1)  # the fast path's flatten copies into (C, H, W) order
 
 
 class FeatureInput(nn.Module):

@@ -15,6 +15,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -28,9 +30,36 @@ struct Op<double> {
   using type = double;
 };
 
+// bfloat16 is stored as its 16 bits (uint16_t) and converted by integer shifts, which the compiler
+// vectorises (c10::BFloat16's conversions are not): the upper half of a float32; a float32 rounds to the
+// nearest bfloat16, ties to even (the maps are finite: the public op's callers reject NaN/Inf inputs).
+using bf16_bits = uint16_t;
+
+// The per-row helpers below stay out of line: their __restrict parameters let the compiler vectorise
+// their loops without run-time aliasing checks, which inlined copies lose (the scalar fallback ran).
+#define NOINLINE __attribute__((noinline))
+
 template <typename T>
 inline typename Op<T>::type ld(const T& v) {
   return static_cast<typename Op<T>::type>(v);
+}
+template <>
+inline float ld<bf16_bits>(const bf16_bits& v) {
+  const uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+template <typename T>
+inline T st(typename Op<T>::type v) {
+  return static_cast<T>(v);
+}
+template <>
+inline bf16_bits st<bf16_bits>(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return static_cast<bf16_bits>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 // The shape of one block: input maps [H, W, C] per image, pooled maps [h, w, C] (h = H / 2, w = W / 2).
@@ -82,7 +111,7 @@ struct Coefficients {
 // One 2x2 window of C channels: rows a | b (top) and c | d (bottom) -> its maximum per channel m and
 // the position of the first maximum k (0..3), of the values x * scale + shift (norm first) or x itself.
 template <typename T, bool kNormed>
-inline void pool_window(const T* __restrict a, const T* __restrict b, const T* __restrict c_,
+NOINLINE void pool_window(const T* __restrict a, const T* __restrict b, const T* __restrict c_,
                         const T* __restrict d, const typename Op<T>::type* __restrict scale,
                         const typename Op<T>::type* __restrict shift, typename Op<T>::type* __restrict m_out,
                         uint8_t* __restrict k_out, int64_t C) {
@@ -116,7 +145,7 @@ void pool_first_forward(const T* y, T* p, uint8_t* idx, T* out, double* mean, do
       const int64_t q = (i * s.w + j) * C;
       pool_window<T, false>(r0, r0 + C, r1, r1 + C, nullptr, nullptr, m.data(), idx + q, C);
       T* __restrict pr = p + q;
-      for (int64_t c = 0; c < C; ++c) pr[c] = static_cast<T>(m[c]);  // exact: one of the inputs
+      for (int64_t c = 0; c < C; ++c) pr[c] = st<T>(m[c]);  // exact: one of the inputs
     }
   }
   moments(p, P_, C, eps, mean, rstd);
@@ -128,7 +157,7 @@ void pool_first_forward(const T* y, T* p, uint8_t* idx, T* out, double* mean, do
     T* __restrict orow = out + i * C;
     for (int64_t c = 0; c < C; ++c) {
       const O z = ld(pr[c]) * scale[c] + shift[c];
-      orow[c] = static_cast<T>(z > O(0) ? z : O(0));
+      orow[c] = st<T>(z > O(0) ? z : O(0));
     }
   }
 }
@@ -149,7 +178,7 @@ void norm_first_forward(const T* y, uint8_t* idx, T* out, double* mean, double* 
       const int64_t q = (i * s.w + j) * C;
       pool_window<T, true>(r0, r0 + C, r1, r1 + C, k.scale.data(), k.shift.data(), m.data(), idx + q, C);
       T* __restrict orow = out + q;
-      for (int64_t c = 0; c < C; ++c) orow[c] = static_cast<T>(m[c] > O(0) ? m[c] : O(0));
+      for (int64_t c = 0; c < C; ++c) orow[c] = st<T>(m[c] > O(0) ? m[c] : O(0));
     }
   }
 }
@@ -173,7 +202,7 @@ struct NormGrad {
 
 // sg += g, sgx += g xhat over one row of C channels, g = g_out where out > 0 (ReLU), xhat = (x - mean) rstd.
 template <typename T>
-inline void accumulate_row(const T* __restrict x, const T* __restrict out, const T* __restrict g_out,
+NOINLINE void accumulate_row(const T* __restrict x, const T* __restrict out, const T* __restrict g_out,
                            const typename Op<T>::type* __restrict mean, const typename Op<T>::type* __restrict rstd,
                            double* __restrict sg, double* __restrict sgx, int64_t C) {
   using O = typename Op<T>::type;
@@ -190,13 +219,13 @@ template <typename T>
 void zero_uncovered(T* g_y, const Shape& s) {
   for (int64_t i = 0; i < s.H; ++i)
     for (int64_t j = (i < 2 * s.h ? 2 * s.w : 0); j < s.W; ++j)
-      for (int64_t c = 0; c < s.C; ++c) g_y[(i * s.W + j) * s.C + c] = static_cast<T>(0);
+      for (int64_t c = 0; c < s.C; ++c) g_y[(i * s.W + j) * s.C + c] = st<T>(0);
 }
 
 // pool first: the input gradient of one window's four positions (row-major w0..w3) from its pooled
 // values x, outputs and output gradients: the norm's gradient a (g - b - xhat d) at the argmax k, else 0.
 template <typename T>
-inline void scatter_window(const T* __restrict x, const T* __restrict out, const T* __restrict g_out,
+NOINLINE void scatter_window(const T* __restrict x, const T* __restrict out, const T* __restrict g_out,
                            const uint8_t* __restrict k, const typename Op<T>::type* __restrict mean,
                            const typename Op<T>::type* __restrict rstd, const typename Op<T>::type* __restrict a,
                            const typename Op<T>::type* __restrict b, const typename Op<T>::type* __restrict d,
@@ -207,10 +236,10 @@ inline void scatter_window(const T* __restrict x, const T* __restrict out, const
     const O xhat = (ld(x[c]) - mean[c]) * rstd[c];
     const O gp = a[c] * (g - b[c] - xhat * d[c]);
     const O kc = static_cast<O>(k[c]);  // compared as a float: one lane width in the loop
-    w0[c] = static_cast<T>(kc == O(0) ? gp : O(0));
-    w1[c] = static_cast<T>(kc == O(1) ? gp : O(0));
-    w2[c] = static_cast<T>(kc == O(2) ? gp : O(0));
-    w3[c] = static_cast<T>(kc == O(3) ? gp : O(0));
+    w0[c] = st<T>(kc == O(0) ? gp : O(0));
+    w1[c] = st<T>(kc == O(1) ? gp : O(0));
+    w2[c] = st<T>(kc == O(2) ? gp : O(0));
+    w3[c] = st<T>(kc == O(3) ? gp : O(0));
   }
 }
 
@@ -244,7 +273,7 @@ void pool_first_backward(const T* p, const uint8_t* idx, const T* out, const T* 
 // norm first: sg += g, sgx += g xhat over one window's C channels, g the pooled output gradient after
 // the ReLU and xhat the normalised input at the argmax k (rows y0..y3 of the window, row-major).
 template <typename T>
-inline void accumulate_window(const T* __restrict y0, const T* __restrict y1, const T* __restrict y2,
+NOINLINE void accumulate_window(const T* __restrict y0, const T* __restrict y1, const T* __restrict y2,
                               const T* __restrict y3, const T* __restrict out, const T* __restrict g_out,
                               const uint8_t* __restrict k, const typename Op<T>::type* __restrict mean,
                               const typename Op<T>::type* __restrict rstd, double* __restrict sg,
@@ -264,21 +293,21 @@ inline void accumulate_window(const T* __restrict y0, const T* __restrict y1, co
 // gradient after the ReLU where the position t (0..3 in its window) is the argmax k, else 0; a position
 // in no window passes out = nullptr.
 template <typename T>
-inline void norm_grad_position(const T* __restrict y, const T* __restrict out, const T* __restrict g_out,
+NOINLINE void norm_grad_position(const T* __restrict y, const T* __restrict out, const T* __restrict g_out,
                                const uint8_t* __restrict k, int t, const typename Op<T>::type* __restrict mean,
                                const typename Op<T>::type* __restrict rstd, const typename Op<T>::type* __restrict a,
                                const typename Op<T>::type* __restrict b, const typename Op<T>::type* __restrict d,
                                T* __restrict g_y, int64_t C) {
   using O = typename Op<T>::type;
   if (out == nullptr) {
-    for (int64_t c = 0; c < C; ++c) g_y[c] = static_cast<T>(a[c] * (-b[c] - (ld(y[c]) - mean[c]) * rstd[c] * d[c]));
+    for (int64_t c = 0; c < C; ++c) g_y[c] = st<T>(a[c] * (-b[c] - (ld(y[c]) - mean[c]) * rstd[c] * d[c]));
     return;
   }
   const O tf = static_cast<O>(t);
   for (int64_t c = 0; c < C; ++c) {
     const O g = (static_cast<O>(k[c]) == tf && ld(out[c]) > O(0)) ? ld(g_out[c]) : O(0);
     const O xhat = (ld(y[c]) - mean[c]) * rstd[c];
-    g_y[c] = static_cast<T>(a[c] * (g - b[c] - xhat * d[c]));
+    g_y[c] = st<T>(a[c] * (g - b[c] - xhat * d[c]));
   }
 }
 
@@ -311,6 +340,10 @@ void norm_first_backward(const T* y, const uint8_t* idx, const T* out, const T* 
   }
 }
 
+// The kernel's storage type of a tensor's scalar type: bfloat16 as its bits, others as themselves.
+template <typename scalar_t>
+using Storage = std::conditional_t<std::is_same_v<scalar_t, c10::BFloat16>, bf16_bits, scalar_t>;
+
 Shape shape_of(const torch::Tensor& y) {
   TORCH_CHECK(y.dim() == 4, "pool_norm_relu: y must be [N, C, H, W]");
   const int64_t C = y.size(1), H = y.size(2), W = y.size(3);
@@ -340,9 +373,10 @@ std::vector<torch::Tensor> forward(torch::Tensor y, torch::Tensor gamma, torch::
   auto rstd = torch::empty({n, s.C}, y.options().dtype(torch::kDouble));
   AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, y.scalar_type(), "pool_norm_relu_forward", [&] {
     using P = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    const scalar_t* yp = y.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    scalar_t* pp = pool_first ? p.data_ptr<scalar_t>() : nullptr;
+    using S = Storage<scalar_t>;
+    const S* yp = reinterpret_cast<const S*>(y.data_ptr<scalar_t>());
+    S* op = reinterpret_cast<S*>(out.data_ptr<scalar_t>());
+    S* pp = pool_first ? reinterpret_cast<S*>(p.data_ptr<scalar_t>()) : nullptr;
     uint8_t* ip = idx.data_ptr<uint8_t>();
     double* mp = mean.data_ptr<double>();
     double* rp = rstd.data_ptr<double>();
@@ -350,8 +384,8 @@ std::vector<torch::Tensor> forward(torch::Tensor y, torch::Tensor gamma, torch::
     const P* bp = beta.data_ptr<P>();
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        const scalar_t* yi = yp + i * s.in_size();
-        scalar_t* oi = op + i * s.out_size();
+        const S* yi = yp + i * s.in_size();
+        S* oi = op + i * s.out_size();
         uint8_t* ii = ip + i * s.out_size();
         if (pool_first)
           pool_first_forward(yi, pp + i * s.out_size(), ii, oi, mp + i * s.C, rp + i * s.C, gp, bp, s, eps);
@@ -383,14 +417,15 @@ std::vector<torch::Tensor> backward(torch::Tensor saved, torch::Tensor idx, torc
   auto sgx = torch::empty({n, C}, out.options().dtype(torch::kDouble));
   AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, out.scalar_type(), "pool_norm_relu_backward", [&] {
     using P = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    const scalar_t* sp = saved.data_ptr<scalar_t>();
-    const scalar_t* op = out.data_ptr<scalar_t>();
-    const scalar_t* gop = g_out.data_ptr<scalar_t>();
+    using S = Storage<scalar_t>;
+    const S* sp = reinterpret_cast<const S*>(saved.data_ptr<scalar_t>());
+    const S* op = reinterpret_cast<const S*>(out.data_ptr<scalar_t>());
+    const S* gop = reinterpret_cast<const S*>(g_out.data_ptr<scalar_t>());
     const uint8_t* ip = idx.data_ptr<uint8_t>();
     const double* mp = mean.data_ptr<double>();
     const double* rp = rstd.data_ptr<double>();
     const P* gp = gamma.data_ptr<P>();
-    scalar_t* gyp = g_y.data_ptr<scalar_t>();
+    S* gyp = reinterpret_cast<S*>(g_y.data_ptr<scalar_t>());
     double* sgp = sg.data_ptr<double>();
     double* sxp = sgx.data_ptr<double>();
     const int64_t saved_size = pool_first ? s.out_size() : s.in_size();
