@@ -137,6 +137,7 @@ CASES = [
     Case("acl-image_size-0", [*ACL_NEW, "data.image_size=0"], r"data\.image_size"),
     Case("acl-examples-0", [*ACL_NEW, "data.examples_per_class=0"], r"data\.examples_per_class"),
     Case("acl-noise-neg", [*ACL_NEW, "train.synthetic_noise=-1"], r"train\.synthetic_noise"),
+    Case("acl-backbone_precision", [*ACL_NEW, "train.backbone_precision=fp16"], r"train\.backbone_precision"),
     Case("acl-val_episodes-0", [*ACL_NEW, "train.val_episodes=0"], r"train\.val_episodes"),
     Case("acl-split_runs-0", [*ACL_NEW, "eval.split_runs=0"], r"eval\.split_runs"),
     Case("acl-scenario-unknown", [*ACL_NEW, "eval.scenarios=[task]"], r"eval\.scenarios"),

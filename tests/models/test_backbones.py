@@ -87,3 +87,34 @@ def test_the_images_are_not_changed_and_impl_is_checked():
         fast.impl = "slow"
     with pytest.raises(ValueError, match=r"^impl: expected one of"):
         Conv4(impl="slow")
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_bf16_precision_in_training_mode_only(impl):
+    """precision="bf16": the training-mode forward computes in bfloat16 (features returned in float32,
+    float32 parameter gradients, close to float32 at bfloat16 rounding); evaluation mode is the float32
+    function exactly."""
+    net, _ = _pair(torch.float32, in_channels=3, channels=8, image_size=32, pool_before_norm=True)
+    net.impl = impl
+    x = torch.randn(6, 3, 32, 32)
+    out32, grads32 = _run(net, x)
+    net.precision = "bf16"
+    out16, grads16 = _run(net, x)
+    assert out16.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads16.values())
+    scale = out32.abs().max().item()
+    torch.testing.assert_close(out16, out32, rtol=0.1, atol=0.1 * scale)
+    assert not torch.equal(out16, out32)  # it did compute in bfloat16
+    net.eval()
+    with torch.no_grad():
+        net.precision = "fp32"
+        want = net(x)
+        net.precision = "bf16"
+        assert torch.equal(net(x), want)
+
+
+def test_precision_is_checked():
+    with pytest.raises(ValueError, match="precision"):
+        Conv4(precision="fp16")
+    net = Conv4()
+    with pytest.raises(ValueError, match="precision"):
+        net.precision = "half"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastweights.ops import pool_norm_relu, srwm_cpu
+from fastweights.ops import cpu_extension, pool_norm_relu, srwm_cpu
 
 EXTENSIONS = [srwm_cpu.EXTENSION, pool_norm_relu.EXTENSION]
 
@@ -49,3 +49,15 @@ def test_the_builds_are_named_per_source():
     names = [e.build_name() for e in EXTENSIONS]
     assert len(set(names)) == len(names)
     assert all(n.startswith(f"fastweights_{e.stem}_") for n, e in zip(names, EXTENSIONS, strict=True))
+
+
+def test_the_build_uses_the_packages_ninja_whatever_the_path(extension, monkeypatch):
+    # Debian's ninja (1.11) and PyPI's (1.13) do not read each other's build log: a PATH that finds the
+    # other one first (a shell without the virtualenv activated) must not rebuild the kernel
+    extension.build()  # up to date with the package's ninja from here on
+    so = next(extension.build_directory().glob("*.so"))
+    before = so.stat().st_mtime_ns
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert extension.build() is not None
+    assert so.stat().st_mtime_ns == before
+    assert cpu_extension.os.environ["PATH"] == "/usr/bin:/bin"  # restored after the build

@@ -18,10 +18,12 @@ kernel off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,27 @@ FLAGS = [
     "-fopenmp",  # at::parallel_for's OpenMP backend is inlined into the extension: without it, serial
 ]
 _UNSET = object()
+
+
+@contextlib.contextmanager
+def _package_ninja_first() -> Iterator[None]:
+    """Put the ninja of the ``ninja`` package (a dependency) first on ``PATH`` while building. torch's
+    builder runs whichever ``ninja`` ``PATH`` finds first, and ninja versions do not read each other's
+    build log (1.11 from Debian, 1.13 from PyPI): a shell with the virtualenv activated and a process
+    started as ``.venv/bin/…`` without it then rebuilt the kernel (~30 s) at every switch."""
+    try:
+        import ninja
+
+        bin_dir = str(ninja.BIN_DIR)
+    except (ImportError, AttributeError):  # no ninja package: torch uses PATH's (or says it is missing)
+        yield
+        return
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = bin_dir + os.pathsep + path
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = path
 
 
 class CpuExtension:
@@ -113,13 +136,14 @@ class CpuExtension:
                 baton.unlink(missing_ok=True)
             if not (folder / f"{name}.so").exists():
                 self.log.info("building the %s in %s (first use, ~30 s)", self.what, folder)
-            return load(
-                name=name,
-                sources=[str(self._source_copy(folder))],
-                extra_cflags=FLAGS,
-                extra_ldflags=["-fopenmp"],
-                build_directory=str(folder),
-            )
+            with _package_ninja_first():
+                return load(
+                    name=name,
+                    sources=[str(self._source_copy(folder))],
+                    extra_cflags=FLAGS,
+                    extra_ldflags=["-fopenmp"],
+                    build_directory=str(folder),
+                )
 
     def load(self) -> Any:
         """The extension module, or None when it cannot be built (logged once per process)."""

@@ -289,3 +289,27 @@ def test_init_from_with_other_image_channels_is_refused_before_the_run_folder(tm
     with pytest.raises(ValueError, match="train.init_from"):
         acl.train(_cfg(data_cache, *CROSS, f"train.init_from={ckpt}"), tmp_path / "rgb")
     assert not (tmp_path / "rgb").exists()
+
+
+def test_train_with_a_bf16_backbone_says_which_path_runs(tmp_path, data_cache, caplog):
+    from fastweights.train.precision import native_bf16
+
+    with caplog.at_level("INFO", logger="fastweights.recipes.classifier"):
+        rc = main(
+            [
+                "acl",
+                "train",
+                "--preset",
+                "smoke",
+                "--run-dir",
+                str(tmp_path / "r"),
+                f"data.cache_dir={data_cache}",
+            ]
+            + ["train.max_steps=3", "train.synthetic_steps=1", "train.backbone_precision=bf16"]
+        )
+    assert rc == 0
+    native, _ = native_bf16(torch.device("cpu"))
+    words = "training steps run in bfloat16" if native else "the backbone runs in float32"
+    assert words in caplog.text
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert records and all(torch.isfinite(torch.tensor(r["train_loss"])) for r in records)
