@@ -51,13 +51,29 @@ def test_the_builds_are_named_per_source():
     assert all(n.startswith(f"fastweights_{e.stem}_") for n, e in zip(names, EXTENSIONS, strict=True))
 
 
-def test_the_build_uses_the_packages_ninja_whatever_the_path(extension, monkeypatch):
+def test_the_build_uses_the_packages_ninja_whatever_the_path(extension, monkeypatch, caplog):
     # Debian's ninja (1.11) and PyPI's (1.13) do not read each other's build log: a PATH that finds the
-    # other one first (a shell without the virtualenv activated) must not rebuild the kernel
+    # other one first (a shell without the virtualenv activated, a virtualenv reaching the packages
+    # through a .pth file, where ninja.BIN_DIR is empty) must not rebuild the kernel
+    import ninja
+
     extension.build()  # up to date with the package's ninja from here on
     so = next(extension.build_directory().glob("*.so"))
     before = so.stat().st_mtime_ns
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert extension.build() is not None
-    assert so.stat().st_mtime_ns == before
+    monkeypatch.setattr(ninja, "BIN_DIR", "")
+    with caplog.at_level("INFO", logger=extension.log.name):
+        assert extension.build() is not None
+    assert so.stat().st_mtime_ns == before and "rebuilt" not in caplog.text
     assert cpu_extension.os.environ["PATH"] == "/usr/bin:/bin"  # restored after the build
+
+
+def test_the_packages_ninja_is_found_from_its_file_record():
+    import subprocess
+
+    import ninja
+
+    folder = cpu_extension.package_ninja_dir()
+    assert folder is not None
+    version = subprocess.run([f"{folder}/ninja", "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip().startswith(ninja.__version__)  # e.g. 1.13.2.git.kitware.jobserver-pipe-1

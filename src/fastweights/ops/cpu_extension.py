@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FLAGS", "CpuExtension"]
+__all__ = ["FLAGS", "CpuExtension", "package_ninja_dir"]
 
 _BUILD_TIMEOUT_S = 900  # waiting for another process's build
 # -fassociative-math lets the compiler vectorise the dot products (sums in another order: fp64 results
@@ -44,17 +44,34 @@ FLAGS = [
 _UNSET = object()
 
 
+def package_ninja_dir() -> str | None:
+    """The folder of the ``ninja`` executable that the ``ninja`` package (a dependency) installed, found
+    from the package's file record, so also when the running interpreter is not the one it was installed
+    for (a virtualenv that reaches the packages through a ``.pth`` file, where ``ninja.BIN_DIR`` is
+    empty); None without the package or its executable."""
+    from importlib import metadata
+
+    try:
+        files = metadata.files("ninja") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for record in files:
+        if record.name in ("ninja", "ninja.exe") and record.parent.name in ("bin", "Scripts"):
+            path = Path(str(record.locate())).resolve()
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path.parent)
+    return None
+
+
 @contextlib.contextmanager
 def _package_ninja_first() -> Iterator[None]:
-    """Put the ninja of the ``ninja`` package (a dependency) first on ``PATH`` while building. torch's
-    builder runs whichever ``ninja`` ``PATH`` finds first, and ninja versions do not read each other's
-    build log (1.11 from Debian, 1.13 from PyPI): a shell with the virtualenv activated and a process
-    started as ``.venv/bin/…`` without it then rebuilt the kernel (~30 s) at every switch."""
-    try:
-        import ninja
-
-        bin_dir = str(ninja.BIN_DIR)
-    except (ImportError, AttributeError):  # no ninja package: torch uses PATH's (or says it is missing)
+    """Put the ``ninja`` package's executable (:func:`package_ninja_dir`) first on ``PATH`` while
+    building. torch's builder runs whichever ``ninja`` ``PATH`` finds first, and ninja versions do not
+    read each other's build log (1.11 from Debian, 1.13 from PyPI): a shell with the virtualenv activated
+    and a process started as ``.venv/bin/…`` without it then rebuilt the kernel (~30 s) at every
+    switch."""
+    bin_dir = package_ninja_dir()
+    if bin_dir is None:  # no ninja package: torch uses PATH's (or says it is missing)
         yield
         return
     path = os.environ.get("PATH", "")
@@ -134,16 +151,21 @@ class CpuExtension:
             if baton.exists():
                 self.log.info("removing the stale build lock %s (a build was killed)", baton)
                 baton.unlink(missing_ok=True)
-            if not (folder / f"{name}.so").exists():
+            library = folder / f"{name}.so"
+            built = library.stat().st_mtime_ns if library.exists() else None
+            if built is None:
                 self.log.info("building the %s in %s (first use, ~30 s)", self.what, folder)
             with _package_ninja_first():
-                return load(
+                module = load(
                     name=name,
                     sources=[str(self._source_copy(folder))],
                     extra_cflags=FLAGS,
                     extra_ldflags=["-fopenmp"],
                     build_directory=str(folder),
                 )
+            if built is not None and library.stat().st_mtime_ns != built:
+                self.log.info("rebuilt the %s in %s (ninja found it out of date)", self.what, folder)
+            return module
 
     def load(self) -> Any:
         """The extension module, or None when it cannot be built (logged once per process)."""
