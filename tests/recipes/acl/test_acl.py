@@ -50,10 +50,13 @@ def test_train_refuses_existing_run_without_resume(tmp_path, data_cache):
         acl.train(cfg, tmp_path / "run")
 
 
-def test_resume_continues_exactly(tmp_path, data_cache):
-    """4 steps + resume to 6 steps gives the same weights as 6 uninterrupted steps."""
-    acl.train(_cfg(data_cache, "train.max_steps=6", "train.synthetic_steps=2"), tmp_path / "one")
-    acl.train(_cfg(data_cache, "train.max_steps=4", "train.synthetic_steps=2"), tmp_path / "two")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_resume_continues_exactly(tmp_path, data_cache, precision):
+    """4 steps + resume to 6 steps gives the same weights as 6 uninterrupted steps (with the bf16
+    backbone too, on a CPU that has native bf16; elsewhere that run is float32)."""
+    backbone = f"train.backbone_precision={precision}"
+    acl.train(_cfg(data_cache, "train.max_steps=6", "train.synthetic_steps=2", backbone), tmp_path / "one")
+    acl.train(_cfg(data_cache, "train.max_steps=4", "train.synthetic_steps=2", backbone), tmp_path / "two")
     # the resumed run reads its saved config; raise its step budget the way a user would
     cfg_path = tmp_path / "two" / "config.yaml"
     cfg_path.write_text(cfg_path.read_text().replace("max_steps: 4", "max_steps: 6"))
