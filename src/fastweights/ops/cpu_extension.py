@@ -178,10 +178,6 @@ class CpuExtension:
                 self.log.warning("%s unavailable (%s); using %s", self.what, first, self.fallback)
         return self._module
 
-    def reset(self) -> None:
-        """Forget the loaded module (the next :meth:`load` builds or imports again)."""
-        self._module = _UNSET
-
     def available(self) -> bool:
         """Whether the kernel is built (building it on the first call)."""
         return self.load() is not None
