@@ -31,7 +31,14 @@ FLOORS = {
     "cli": 6,
 }
 # Floors inside ``recipes/``: the shared modules, then the recipe packages above them.
-SHARED_FLOORS = {"reporting": 0, "plots": 1, "contract": 1, "run": 2, "classifier": 3, "compare": 3}
+SHARED_FLOORS = {
+    "reporting": 0,
+    "plots": 1,
+    "contract": 1,
+    "run": 2,
+    "classifier": 3,
+    "compare": 3,
+}
 RECIPE_PACKAGES = {"acl", "fewshot", "sequential", "lm", "rl", "cl_baselines"}
 # The one allowed sibling import: cl-baselines' compare evaluates ACL run folders.
 ALLOWED_SIBLING = {("fastweights.recipes.cl_baselines.compare", "acl")}

@@ -216,6 +216,13 @@ def _add_recipe(
         default=preset,
         help=f"preset name (fastweights/configs/{name}/NAME.yaml) or a .yaml path (default: {preset})",
     )
+    co.add_argument(
+        "--seeds",
+        default=None,
+        metavar="S1,S2,...",
+        help="train every variant once per seed (train.seed; folders VARIANT/seedS); the table adds the mean "
+        "± 95%% CI over seeds and paired differences against the first variant, e.g. 0,1,2",
+    )
     co.add_argument("--run-root", type=Path, default=None, help=f"default runs/{name}-compare-<preset>")
     co.add_argument("overrides", nargs="*", help="key=value overrides applied to every model's run")
     return verbs
@@ -225,6 +232,7 @@ def _run_recipe(args: argparse.Namespace) -> None:
     """Every verb of every recipe, through the recipe registry (``recipes.contract``)."""
     from fastweights.config import deprecated_keys, preset_path, rename_deprecated, warn_deprecated
     from fastweights.recipes import compare as cmp
+    from fastweights.recipes.compare import parse_seeds
     from fastweights.recipes.contract import get_recipe
     from fastweights.recipes.run import command_line
 
@@ -259,7 +267,10 @@ def _run_recipe(args: argparse.Namespace) -> None:
         root = args.run_root or Path("runs") / f"{args.recipe}-compare-{path.stem}"
         models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models is not None else None
         vary = cmp.parse_vary(args.vary) if args.vary is not None else None
-        res = cmp.compare(args.recipe, path, models, root, args.overrides, command=command_line(), vary=vary)
+        seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+        res = cmp.compare(
+            args.recipe, path, models, root, args.overrides, command=command_line(), vary=vary, seeds=seeds
+        )
         print(res["markdown"])
         print(f"comparison: {root / 'comparison.md'}")
 

@@ -145,3 +145,29 @@ def test_summarize_runs_errors():
         summarize_runs([])
     with pytest.raises(ValueError, match="matrices: expected the same shape"):
         summarize_runs([np.eye(2), np.eye(3)])
+
+
+def test_t_ci95_is_the_student_interval_and_undefined_for_one_value():
+    from scipy import stats
+
+    from fastweights.cl.metrics import t_ci95
+
+    mean, ci = t_ci95([1.0, 2.0, 3.0, 6.0])
+    assert mean == pytest.approx(3.0)
+    assert ci == pytest.approx(stats.t.ppf(0.975, 3) * np.std([1.0, 2.0, 3.0, 6.0], ddof=1) / 2.0)
+    assert math.isnan(t_ci95([4.0])[1]) and t_ci95([4.0])[0] == 4.0
+    for bad in ([], [[1.0, 2.0]], [1.0, math.nan]):
+        with pytest.raises(ValueError, match="values: expected"):
+            t_ci95(bad)
+
+
+def test_paired_difference_pairs_by_position_and_refuses_unequal_lengths():
+    from fastweights.cl.metrics import paired_difference
+
+    d = paired_difference([0.5, 0.6, 0.7], [0.5, 0.6, 0.7])
+    assert d["mean"] == 0.0 and d["ci95"] == 0.0 and d["verdict"] == "not distinguishable"
+    assert paired_difference([1.0, 1.0], [2.0, 2.0])["verdict"] == "better"  # no spread: any gap counts
+    with pytest.raises(ValueError, match=r"^other: expected as many values as reference \(2"):
+        paired_difference([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="reference: expected finite"):
+        paired_difference([math.inf], [1.0])

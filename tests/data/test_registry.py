@@ -30,6 +30,7 @@ def test_names():
 def test_fontglyphs_dispatch(monkeypatch):
     calls = []
     monkeypatch.setattr(registry, "load_font_glyphs", lambda **kw: calls.append(kw) or {"train": None})
+    monkeypatch.setattr(registry, "exclude_benchmark_concepts", lambda name, pools: pools)  # tested apart
     assert load_class_pools("fontglyphs") == {"train": None}
     load_class_pools("fontglyphs", image_size=16, seed=3)
     assert calls == [{"image_size": 32}, {"image_size": 16, "seed": 3}]

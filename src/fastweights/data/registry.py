@@ -17,6 +17,7 @@ import numpy as np
 
 from fastweights.checks import check_choice, check_int
 
+from .concepts import exclude_benchmark_concepts
 from .sources.base import ClassPool, SplitDataset
 from .sources.cifar import load_cifar10, load_cifar100_pools
 from .sources.digits import load_digits_split
@@ -158,8 +159,12 @@ def load_class_pools(
     ``root`` (default ``$FASTWEIGHTS_DATA``) is the folder the loader documents; ``options`` are passed
     to the loader (e.g. ``cache_dir``). Raises ``ValueError`` for an unknown name or a missing root,
     and whatever the loader raises (``FileNotFoundError`` naming the expected layout, ``ValueError``).
+    The ``train`` and ``val`` pools of the embedded sources hold no class that shows a test benchmark's
+    concept (digits, garments, letters A-J; :func:`fastweights.data.concepts.exclude_benchmark_concepts`).
     """
-    return _load(_POOLS, "few-shot class pools", name, root, image_size, options)
+    return exclude_benchmark_concepts(
+        name, _load(_POOLS, "few-shot class pools", name, root, image_size, options)
+    )
 
 
 def load_split_dataset(

@@ -1,24 +1,209 @@
 """One command compares runs of one recipe preset that differ in one config key: the sequence layer
-(``--models srwm,deltanet``: the recipe's ``MODEL_KEY``) or any key (``--vary train.acl_loss=true,false``).
-Every run has the same seeds, data and step/token budget; each is trained (or resumed), evaluated, and
-one table and the recipe's comparison plot(s) are written.
+(``--models srwm,deltanet``: the recipe's ``MODEL_KEY``) or any key (``--vary train.acl_loss=true,false``),
+optionally once per training seed (``--seeds 0,1,2``). Every run has the same seeds, data and step/token
+budget; each is trained (or resumed), evaluated, and one table and the recipe's comparison plot(s) are
+written.
+
+Seeds: each variant is trained once per seed (``train.seed``); each recipe's headline numbers (its
+``headline(results)``: :class:`Score` values in the units of its tables) are reported as the mean ± 95%
+CI over seeds (Student t, :func:`fastweights.cl.metrics.t_ci95`) beside the per-seed values and,
+separately, the spread inside one run (its 95% CI over evaluation episodes or demonstration draws); every
+variant is compared with the first one on the same seeds by the paired difference
+(:func:`fastweights.cl.metrics.paired_difference`: mean ± 95% CI, verdict better / worse / not
+distinguishable).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fastweights.cl.metrics import paired_difference, t_ci95
 from fastweights.config import load_config
-from fastweights.io import atomic_write_json, atomic_write_text
+from fastweights.io import atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.recipes.contract import eval_command, get_recipe
+from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table
+from fastweights.train.checkpoint import CheckpointManager
 
-__all__ = ["compare", "parse_vary", "variants"]
+__all__ = [
+    "compare",
+    "earlier_evaluation",
+    "parse_vary",
+    "variants",
+    "Score",
+    "parse_seeds",
+    "summarize_seeds",
+    "seed_markdown",
+    "MAX_SEED",
+]
 
 log = logging.getLogger(__name__)
+
+MAX_SEED = 2**31 - 1  # seeds seed numpy and torch generators: a non-negative 32-bit signed range
+
+
+@dataclass(frozen=True)
+class Score:
+    """One headline number of one run.
+
+    Attributes:
+        value: in the recipe table's units (e.g. accuracy in percent).
+        spread: the run's own 95% CI half-width over its evaluation episodes / demonstration draws, same
+            units; ``None`` where the evaluation has none (e.g. bits per byte of a fixed text).
+        higher_is_better: ``False`` for losses (bits per byte).
+    """
+
+    value: float
+    spread: float | None = None
+    higher_is_better: bool = True
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` → ``[0, 1, 2]``.
+
+    Raises:
+        ValueError: naming ``--seeds`` for an empty list, a non-integer, a negative or too large seed
+            (> 2^31 - 1) or a repeated seed.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        seeds = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"--seeds: expected comma-separated integers (e.g. 0,1,2), got {text!r}") from None
+    if not seeds or any(not 0 <= s <= MAX_SEED for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: expected distinct integers in [0, {MAX_SEED}], got {text!r}")
+    return seeds
+
+
+def _check_scores(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> tuple[list[str], list[int]]:
+    labels = list(scores)
+    if not labels:
+        raise ValueError("scores: expected at least one variant, given none")
+    seeds = list(scores[labels[0]])
+    metrics = list(scores[labels[0]][seeds[0]]) if seeds else []
+    for label in labels:
+        if list(scores[label]) != seeds:
+            raise ValueError(f"scores[{label!r}]: expected the seeds {seeds}, given {list(scores[label])}")
+        for seed in seeds:
+            if list(scores[label][seed]) != metrics:
+                raise ValueError(
+                    f"scores[{label!r}][{seed}]: expected the metrics {metrics}, "
+                    f"given {list(scores[label][seed])}"
+                )
+    return labels, seeds
+
+
+def summarize_seeds(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> dict[str, Any]:
+    """Aggregate ``scores[variant][seed][metric]`` (every variant with the same seeds and metrics).
+
+    Returns:
+        ``{"seeds", "metrics", "reference", "variants": {variant: {metric: {"mean", "ci95", "per_seed",
+        "within_run"}}}, "paired": {variant: {metric: paired_difference(...)}}}``. ``ci95`` is over
+        seeds (NaN for one seed); ``within_run`` is the mean over seeds of each run's own spread (None
+        when the recipe reports none); ``paired`` holds every variant but the first (``reference``),
+        differences taken as variant − reference seed by seed.
+
+    Raises:
+        ValueError: for no variants, or variants with different seeds or metrics.
+    """
+    labels, seeds = _check_scores(scores)
+    metrics = list(scores[labels[0]][seeds[0]])
+    variants: dict[str, Any] = {}
+    for label in labels:
+        variants[label] = {}
+        for m in metrics:
+            runs = [scores[label][s][m] for s in seeds]
+            mean, ci = t_ci95([r.value for r in runs])
+            spreads = [r.spread for r in runs if r.spread is not None]
+            variants[label][m] = {
+                "mean": mean,
+                "ci95": ci,
+                "per_seed": {str(s): r.value for s, r in zip(seeds, runs, strict=True)},
+                "within_run": float(np.mean(spreads)) if len(spreads) == len(runs) else None,
+            }
+    ref = labels[0]
+    paired = {
+        label: {
+            m: paired_difference(
+                [scores[ref][s][m].value for s in seeds],
+                [scores[label][s][m].value for s in seeds],
+                higher_is_better=scores[ref][seeds[0]][m].higher_is_better,
+            )
+            for m in metrics
+        }
+        for label in labels[1:]
+    }
+    return {"seeds": seeds, "metrics": metrics, "reference": ref, "variants": variants, "paired": paired}
+
+
+def _pm(mean: float, ci: float | None, digits: int = 2) -> str:
+    if ci is None or math.isnan(ci):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+def seed_markdown(summary: Mapping[str, Any]) -> list[str]:
+    """The Markdown of :func:`summarize_seeds`: the mean ± 95% CI over seeds, the per-seed values, the
+    within-run spread and the paired differences against the reference, each table with a line saying
+    what its ± is."""
+    seeds, metrics, v = summary["seeds"], summary["metrics"], summary["variants"]
+    n = len(seeds)
+    lines = [
+        f"Training seeds: {', '.join(map(str, seeds))} (n = {n}). ± is the 95% CI over seeds "
+        f"(Student t, {n - 1} degrees of freedom)" + (": none with one seed." if n == 1 else "."),
+        "",
+        *md_table(
+            ["variant", *metrics], [[k, *(_pm(v[k][m]["mean"], v[k][m]["ci95"]) for m in metrics)] for k in v]
+        ),
+        "",
+        "Per seed:",
+        "",
+        *md_table(
+            ["variant", "seed", *metrics],
+            [[k, s, *(f"{v[k][m]['per_seed'][str(s)]:.2f}" for m in metrics)] for k in v for s in seeds],
+        ),
+        "",
+        "Within one run (mean over seeds of each run's 95% CI over its evaluation episodes or "
+        "demonstration draws; — where the evaluation has none):",
+        "",
+        *md_table(
+            ["variant", *metrics],
+            [
+                [
+                    k,
+                    *(
+                        "—" if v[k][m]["within_run"] is None else f"± {v[k][m]['within_run']:.2f}"
+                        for m in metrics
+                    ),
+                ]
+                for k in v
+            ],
+        ),
+    ]
+    if summary["paired"]:
+        lines += [
+            "",
+            f"Paired difference against {summary['reference']} on the same seeds (variant − "
+            f"{summary['reference']}, mean ± 95% CI over seeds) and verdict:",
+            "",
+            *md_table(
+                ["variant", *metrics],
+                [
+                    [k, *(f"{_pm(d[m]['mean'], d[m]['ci95'])} ({d[m]['verdict']})" for m in metrics)]
+                    for k, d in summary["paired"].items()
+                ],
+            ),
+        ]
+    return lines
 
 
 def parse_vary(text: str) -> tuple[str, list[str]]:
@@ -65,6 +250,30 @@ def variants(
     return [(m, f"{model_key}={m}") for m in models]
 
 
+def earlier_evaluation(run_dir: Path, command: str) -> dict[str, Any] | None:
+    """The run's ``results.json`` when it is still the evaluation ``command`` would make: the same eval
+    command (checkpoint and ``eval.*`` overrides), written after the best checkpoint, and no training
+    logged since (``run.trained_steps`` is the last step of ``metrics.jsonl``); ``None`` otherwise (the
+    run is evaluated again)."""
+    path, best = run_dir / "results.json", CheckpointManager(run_dir).path("best")
+    if not path.is_file() or not best.is_file() or path.stat().st_mtime < best.stat().st_mtime:
+        return None
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+        records = read_jsonl(run_dir / "metrics.jsonl")
+    except (OSError, ValueError):
+        return None
+    run = results.get("run", {}) if isinstance(results, dict) else {}
+    if (
+        run.get("eval_command") != command
+        or not records
+        or run.get("trained_steps") != records[-1].get("step")
+    ):
+        return None
+    log.info("%s: reusing its evaluation (results.json is newer than best.pt, same eval command)", run_dir)
+    return results
+
+
 def compare(
     recipe: str,
     preset: Path,
@@ -74,23 +283,42 @@ def compare(
     *,
     command: str | None = None,
     vary: tuple[str, list[str]] | None = None,
+    seeds: list[int] | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) and evaluate ``preset`` once per sequence layer in ``models`` or once per value of
     ``vary = (key, values)``.
 
     Runs go to ``run_root/<label>`` (see :func:`variants`); an existing finished run is resumed (nothing
     retrained) and re-evaluated. ``eval.*`` overrides also apply to the evaluation of runs that already
-    existed. Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s).
+    existed; a run whose ``results.json`` is still current (:func:`earlier_evaluation`) is not evaluated
+    again. Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s).
+
+    With ``seeds``, every variant is trained once per seed (``train.seed=<seed>``) into
+    ``run_root/<label>/seed<seed>``; the table lists every run (``<label> seed <seed>``), and
+    ``comparison.md/.json`` add the recipe's headline numbers (``headline``) as the mean ± 95% CI over
+    seeds, per seed, within one run, and the paired difference of every variant against the first with
+    its verdict (:func:`fastweights.recipes.compare.summarize_seeds`); ``comparison_seeds.png`` plots the
+    means ± CI. A ``train.seed`` override cannot be combined with ``seeds``.
 
     Returns:
-        ``{"rows": table rows, "results": {label: results.json content}, "markdown": table}``.
+        ``{"rows": table rows, "results": {label: results.json content}, "markdown": table}`` and, with
+        ``seeds``, ``"seeds"``: the summary.
 
     Raises:
         ValueError: for an unknown recipe, model name or config key, or a bad value.
     """
     module = get_recipe(recipe)
-    runs = variants(module.MODEL_KEY, models, vary, getattr(module, "MODELS", SEQUENCE_LAYERS))
-    configs = {label: load_config(module.CONFIG, preset, [*(overrides or []), o]) for label, o in runs}
+    runs = [
+        (label, [o])
+        for label, o in variants(module.MODEL_KEY, models, vary, getattr(module, "MODELS", SEQUENCE_LAYERS))
+    ]
+    if seeds is not None:
+        if (vary is not None and vary[0] == "train.seed") or any(
+            o.startswith("train.seed=") for o in overrides or []
+        ):
+            raise ValueError("--seeds: train.seed is set by --seeds; remove it from --vary and the overrides")
+        runs = [(f"{label}/seed{s}", [*o, f"train.seed={s}"]) for label, o in runs for s in seeds]
+    configs = {label: load_config(module.CONFIG, preset, [*(overrides or []), *o]) for label, o in runs}
     run_root = Path(run_root)
     eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]
     results = {}
@@ -99,12 +327,38 @@ def compare(
         resume = (run_dir / "config.yaml").exists()  # also a run killed before its first checkpoint
         log.info("%s: training %s in %s%s", recipe, label, run_dir, " (resume)" if resume else "")
         module.train(cfg, run_dir, resume=resume, command=command)
-        results[label] = module.evaluate(
-            run_dir, overrides=eval_overrides, command=eval_command(recipe, run_dir, overrides=eval_overrides)
+        evaluation = eval_command(recipe, run_dir, overrides=eval_overrides)
+        results[label] = earlier_evaluation(run_dir, evaluation) or module.evaluate(
+            run_dir, overrides=eval_overrides, command=evaluation
         )
-    header, rows = module.comparison_table(results)
-    markdown = "\n".join(md_table(header, rows))
-    atomic_write_json(run_root / "comparison.json", {"header": header, "rows": rows, "results": results})
+    shown = {label.replace("/seed", " seed "): r for label, r in results.items()}
+    header, rows = module.comparison_table(shown)
+    lines = md_table(header, rows)
+    out: dict[str, Any] = {"header": header, "rows": rows, "results": results}
+    if seeds is not None:
+        by_variant: dict[str, dict[int, Any]] = {}
+        for label, res in results.items():
+            variant, seed = label.rsplit("/seed", 1)
+            by_variant.setdefault(variant, {})[int(seed)] = module.headline(res)
+        summary = summarize_seeds(by_variant)
+        out["seeds"] = summary
+        lines = [*seed_markdown(summary), "", "Every run:", "", *lines]
+        plot_bars(
+            {
+                k: {m: (e["mean"], 0.0 if math.isnan(e["ci95"]) else e["ci95"]) for m, e in v.items()}
+                for k, v in summary["variants"].items()
+            },
+            run_root / "comparison_seeds.png",
+            ylabel="mean over training seeds",
+            title=f"{recipe}: mean ± 95% CI over seeds {', '.join(map(str, seeds))}",
+        )
+    markdown = "\n".join(lines)
+    atomic_write_json(run_root / "comparison.json", out)
     atomic_write_text(run_root / "comparison.md", markdown + "\n")
-    module.plot_comparison(results, run_root)
-    return {"rows": rows, "results": results, "markdown": markdown}
+    module.plot_comparison(shown, run_root)
+    return {
+        "rows": rows,
+        "results": results,
+        "markdown": markdown,
+        **({"seeds": out["seeds"]} if seeds else {}),
+    }

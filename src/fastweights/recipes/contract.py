@@ -34,6 +34,7 @@ RECIPE_MEMBERS = [
     "summary",
     "comparison_table",
     "plot_comparison",
+    "headline",
 ]
 
 # recipe name -> module; imported on first use (the CLI stays fast to start)
@@ -134,6 +135,11 @@ class Recipe(Protocol):
 
     def plot_comparison(self, results: dict[str, dict[str, Any]], run_root: Path) -> None:
         """The comparison plot(s) of ``compare`` in ``run_root``."""
+        ...
+
+    def headline(self, results: dict[str, Any]) -> dict[str, Any]:
+        """The run's headline numbers, ``{name (with unit): fastweights.recipes.compare.Score}``, in the units
+        of ``comparison_table``: what ``compare --seeds`` averages over training seeds and pairs by seed."""
         ...
 
 

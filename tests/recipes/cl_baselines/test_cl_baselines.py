@@ -13,6 +13,7 @@ import pytest
 from fastweights.cli import main
 from fastweights.config import load_config, preset_path
 from fastweights.recipes import cl_baselines as cb
+from fastweights.recipes.cl_baselines import compare as baselines_compare
 from fastweights.recipes.cl_baselines.compare import compare
 from fastweights.recipes.cl_baselines.config import (
     BaselinesConfig,
@@ -239,7 +240,9 @@ def test_compare_puts_acl_and_baselines_in_one_table(finished, tmp_path):
     acl = tmp_path / "acl-model"
     acl.mkdir()
     summary = {"ACC": {"mean": 0.9, "std": 0.01}, "k_shot": 5, "runs": 2}
-    (acl / "results.json").write_text(json.dumps({"split": {"Split-Digits/domain": summary}}))
+    streams = baselines_compare._streams(res["config"])  # the baselines' whole stream definition
+    results = {"split": {"Split-Digits/domain": summary}, "split_streams": streams}
+    (acl / "results.json").write_text(json.dumps(results))
     out = tmp_path / "cmp"
     got = compare(run_dir, [acl], out)
     rows = got["tables"]["domain"]["rows"]
@@ -250,6 +253,25 @@ def test_compare_puts_acl_and_baselines_in_one_table(finished, tmp_path):
     compare(run_dir, [acl], out)  # an earlier comparison of the same run may be replaced
     with pytest.raises(FileNotFoundError, match="no config.yaml"):
         compare(run_dir, [tmp_path / "empty"], tmp_path / "cmp2")
+    # results measured on other streams (any part of the definition) are not reused: with no config to
+    # evaluate again, the compare stops and names the streams it needs
+    for key, value in (
+        ("seed", 7),
+        ("query_per_class", 3),
+        ("benchmarks", ["fashion_mnist"]),
+        ("version", "0.0"),
+    ):
+        other = tmp_path / f"other-{key}"
+        other.mkdir()
+        changed = {**results, "split_streams": {**streams, key: value}}
+        (other / "results.json").write_text(json.dumps(changed))
+        with pytest.raises(FileNotFoundError, match="was not measured on these streams"):
+            compare(run_dir, [other], tmp_path / f"cmp-{key}")
+    old = tmp_path / "older"  # results from before streams were recorded
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({"split": {"Split-Digits/domain": summary}}))
+    with pytest.raises(FileNotFoundError, match="was not measured on these streams"):
+        compare(run_dir, [old], tmp_path / "cmp-older")
 
 
 def test_compare_evaluates_an_acl_checkpoint_on_the_same_streams(finished, tmp_path):
@@ -364,11 +386,12 @@ def test_every_method_has_a_registered_strategy():
 def test_a_killed_compare_can_be_run_again_into_its_folder(finished, tmp_path, monkeypatch):
     from fastweights.recipes.cl_baselines import compare as cmp
 
-    run_dir, _ = finished
+    run_dir, res = finished
     acl = tmp_path / "acl-model"
     acl.mkdir()
     summary = {"ACC": {"mean": 0.9, "std": 0.01}, "k_shot": 5, "runs": 2}
-    (acl / "results.json").write_text(json.dumps({"split": {"Split-Digits/domain": summary}}))
+    results = {"split": {"Split-Digits/domain": summary}, "split_streams": cmp._streams(res["config"])}
+    (acl / "results.json").write_text(json.dumps(results))
 
     def killed(*a, **k):
         raise KeyboardInterrupt

@@ -15,6 +15,7 @@ Split-FashionMNIST, Split-Emoji, Split-MNIST) and the long-span Split-FontGlyphs
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from fastweights.recipes.acl.evaluation import (
     long_span_pool,
     long_span_results,
     split_results,
+    split_streams,
 )
 from fastweights.recipes.acl.frozen import (
     check_trained_encoder,
@@ -51,6 +53,7 @@ from fastweights.recipes.acl.frozen import (
 from fastweights.recipes.acl.paper_tables import forgetting_rows
 from fastweights.recipes.acl.report import write_report
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
+from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
 from fastweights.recipes.reporting import pm
@@ -262,6 +265,7 @@ def _measure(
         },
         "forgetting": forgetting,
         "split": split_results(cfg, benchmarks, model, device),
+        "split_streams": split_streams(cfg),
     }
     if frozen_encoder(cfg.model) is not None:
         results["run"]["backbone"] = encoder_label(cfg.model)
@@ -343,6 +347,21 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
             ]
         )
     return header, rows
+
+
+def headline(results: dict[str, Any]) -> dict[str, Score]:
+    """The numbers ``compare --seeds`` aggregates over training seeds (percent): the held-out few-shot
+    accuracy, acc(A|A→B) of every ordered pair of meta-test domains and each split benchmark's ACC, each
+    with its 95% CI inside the run (over episodes; over the split benchmark's demonstration draws,
+    ``1.96·std/√runs``)."""
+    fs = results["fewshot"]
+    out = {f"{fs['n_way']}-way {fs['k_shot']}-shot (%)": Score(100 * fs["accuracy"], 100 * fs["ci95"])}
+    for r in forgetting_rows(results):
+        out[f"A after A→B, {r.order} (%)"] = Score(100 * r.first_after["mean"], 100 * r.first_after["ci95"])
+    for name, split in results.get("split", {}).items():
+        acc = split["ACC"]
+        out[f"{name} ACC (%)"] = Score(100 * acc["mean"], 100 * 1.96 * acc["std"] / math.sqrt(split["runs"]))
+    return out
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+import fastweights
 from fastweights.cl.protocols import evaluate_task_pairs, summarize_task_pairs
 from fastweights.cl.split_protocol import evaluate_pool_split, evaluate_split_benchmark
 from fastweights.data.episodes import EpisodeSampler
@@ -34,6 +35,7 @@ __all__ = [
     "forgetting_pairs",
     "load_split_benchmarks",
     "split_results",
+    "split_streams",
     "long_span_pool",
     "long_span_results",
     "SPLIT_NAMES",
@@ -155,6 +157,26 @@ def load_split_benchmarks(cfg: ACLConfig, test_pools: list[ClassPool]) -> dict[s
         else:
             out[SPLIT_NAMES[bench]] = _split_dataset(cfg, bench)
     return out
+
+
+def split_streams(cfg: ACLConfig) -> dict[str, Any]:
+    """What defines the split-benchmark streams of ``split_results`` (recorded in ``results.json`` as
+    ``split_streams``; ``cl-baselines compare`` reuses an ACL evaluation only when it matches): the
+    benchmarks, scenarios, demonstration draws (runs) and demonstrations per class, the queries per class
+    and class-order seed of the pool benchmarks (Split-Emoji), the benchmark data folders and this
+    package's version (the code that builds the streams)."""
+    e, d = cfg.eval, cfg.data
+    return {
+        "benchmarks": list(e.split_benchmarks),
+        "scenarios": sorted(e.scenarios),
+        "runs": e.split_runs,
+        "k_shot": e.split_k_shot,
+        "query_per_class": e.split_query_per_class,
+        "seed": e.seed,
+        "fashion_mnist_dir": d.fashion_mnist_dir,
+        "mnist_dir": d.mnist_dir,
+        "version": fastweights.__version__,
+    }
 
 
 def split_results(

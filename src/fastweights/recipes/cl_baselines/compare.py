@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES
 from fastweights.recipes.cl_baselines.report import (
@@ -61,11 +62,30 @@ def _eval_overrides(cfg: dict[str, Any]) -> list[str]:
     return out
 
 
-def _same_streams(split: dict[str, Any], cfg: dict[str, Any]) -> bool:
-    d = cfg["data"]
-    return bool(split) and all(
-        r.get("k_shot") == d["k_shot"] and r.get("runs") == cfg["runs"] for r in split.values()
-    )
+def _streams(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The baselines' stream definition in the form an ACL evaluation records it (``split_streams``)."""
+    from fastweights.recipes.acl.config import ACLConfig
+    from fastweights.recipes.acl.evaluation import split_streams
+
+    return split_streams(load_config(ACLConfig, None, _eval_overrides(cfg)))
+
+
+def _recorded_split(path: Path, wanted: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``split`` section of ``path`` (an ACL ``results.json`` or an earlier compare's cache) when its
+    recorded ``split_streams`` equal ``wanted``; ``None`` when the file is missing, unreadable, older
+    than the record (no ``split_streams``) or measured on other streams (logged: what differs)."""
+    if not path.is_file():
+        return None
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    recorded = res.get("split_streams") if isinstance(res, dict) else None
+    if recorded != wanted:
+        differ = sorted(k for k in wanted if not isinstance(recorded, dict) or recorded.get(k) != wanted[k])
+        log.info("%s: not measured on these streams (%s differ); evaluating again", path, ", ".join(differ))
+        return None
+    return res.get("split") or None
 
 
 def _check_acl_dir(acl_dir: Path) -> None:
@@ -79,23 +99,24 @@ def _check_acl_dir(acl_dir: Path) -> None:
 def acl_split_results(acl_dir: Path, cfg: dict[str, Any], cache: Path) -> dict[str, Any]:
     """``{"<benchmark>/<variant>": summary}`` of an ACL run or export folder on the baselines' streams.
 
-    Read from ``acl_dir/results.json`` when its split benchmarks were measured with the baselines'
-    ``k_shot`` and runs; else from ``cache`` (an earlier compare); else the best checkpoint is evaluated
-    (``acl.evaluation.split_results``) and written to ``cache``.
+    Read from ``acl_dir/results.json`` when it records the baselines' whole stream definition
+    (``split_streams``: benchmarks, scenarios, runs, demonstrations and queries per class, seed, data
+    folders, package version); else from ``cache`` (an earlier compare) on the same condition; else the
+    best checkpoint is evaluated (``acl.evaluation.split_results``) and written to ``cache`` with it.
 
     Raises:
         FileNotFoundError: if ``acl_dir`` has neither such results nor ``config.yaml`` + a checkpoint.
     """
     acl_dir = Path(acl_dir)
+    wanted = _streams(cfg)
     for path in (acl_dir / "results.json", cache):
-        if path.is_file():
-            split = json.loads(path.read_text()).get("split", {})
-            if _same_streams(split, cfg):
-                return split
+        split = _recorded_split(path, wanted)
+        if split is not None:
+            return split
     if not (acl_dir / "config.yaml").is_file():
         raise FileNotFoundError(
             f"--acl: {acl_dir} has no config.yaml to evaluate, and its results.json was not measured on "
-            f"these streams (k_shot {cfg['data']['k_shot']}, {cfg['runs']} runs)"
+            f"these streams ({wanted})"
         )
     from fastweights.recipes import acl
     from fastweights.recipes.acl.config import ACLConfig
@@ -109,7 +130,7 @@ def acl_split_results(acl_dir: Path, cfg: dict[str, Any], cache: Path) -> dict[s
     model.eval()
     split = split_results(acl_cfg, load_split_benchmarks(acl_cfg, []), model, device)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(cache, {"acl_dir": str(acl_dir), "split": split})
+    atomic_write_json(cache, {"acl_dir": str(acl_dir), "split": split, "split_streams": wanted})
     return split
 
 

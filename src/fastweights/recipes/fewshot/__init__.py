@@ -24,6 +24,7 @@ from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
+from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.fewshot.config import FewShotConfig
 from fastweights.recipes.plots import plot_bars, plot_learning_curves
@@ -171,6 +172,15 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
             ]
         )
     return header, rows
+
+
+def headline(results: dict[str, Any]) -> dict[str, Score]:
+    """The number ``compare --seeds`` aggregates over training seeds: the meta-test accuracy (percent)
+    with its 95% CI over episodes."""
+    fs = results["fewshot"]
+    return {
+        f"{fs['n_way']}-way {fs['k_shot']}-shot accuracy (%)": Score(100 * fs["accuracy"], 100 * fs["ci95"])
+    }
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:

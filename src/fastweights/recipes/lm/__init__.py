@@ -27,6 +27,7 @@ from fastweights.data.sources.text import (
 )
 from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
+from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.lm.config import LMRecipeConfig
 from fastweights.recipes.reporting import md_table, run_header
@@ -290,6 +291,15 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
         row += [f"{binned['1']:.3f}", f"{binned[late]:.3f}"]
         rows.append(row)
     return header, rows
+
+
+def headline(results: dict[str, Any]) -> dict[str, Score]:
+    """The numbers ``compare --seeds`` aggregates over training seeds: bits per byte on each evaluated
+    cut (lower is better; one fixed text, so no spread inside a run)."""
+    return {
+        f"{split} bits per byte": Score(cut["bpb"], None, higher_is_better=False)
+        for split, cut in results["lm"]["splits"].items()
+    }
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:

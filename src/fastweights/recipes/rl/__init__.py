@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.plots import plot_learning_curves
 from fastweights.recipes.reporting import md_table, run_header
@@ -339,6 +340,14 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
             ]
         )
     return header, rows
+
+
+def headline(results: dict[str, Any]) -> dict[str, Score]:
+    """The numbers ``compare --seeds`` aggregates over training seeds: the normalised score × 100 on the
+    training levels (when evaluated) and on the test levels."""
+    rl = results["rl"]
+    out = {"train levels": Score(100 * rl["train_score"])} if "train_score" in rl else {}
+    return {**out, "test levels": Score(100 * rl["test_score"])}
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:

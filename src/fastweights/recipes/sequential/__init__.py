@@ -28,6 +28,7 @@ from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
+from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.plots import integer_ticks, new_figure
 from fastweights.recipes.reporting import run_header
@@ -218,6 +219,15 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
             cells += [f"{100 * order['accuracy']:.2f} ± {100 * order['ci95']:.2f}", " / ".join(firsts)]
         rows.append(cells)
     return header, rows
+
+
+def headline(results: dict[str, Any]) -> dict[str, Score]:
+    """The numbers ``compare --seeds`` aggregates over training seeds: each stream order's overall
+    accuracy (percent) with its 95% CI over episodes."""
+    return {
+        f"{key}: overall (%)": Score(100 * order["accuracy"], 100 * order["ci95"])
+        for key, order in results["sequential"]["orders"].items()
+    }
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:

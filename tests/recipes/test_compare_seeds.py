@@ -1,0 +1,124 @@
+"""Seeds as an axis of ``compare``: parsing, aggregation over seeds, the paired verdict on hand-made
+numbers, the Markdown, and a sweep of two tiny ACL seeds through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from fastweights.cli import main
+from fastweights.recipes.compare import MAX_SEED, Score, parse_seeds, seed_markdown, summarize_seeds
+
+
+def test_parse_seeds_accepts_distinct_non_negative_integers():
+    assert parse_seeds("0,1,2") == [0, 1, 2]
+    assert parse_seeds(" 7 ") == [7]
+    for bad in ("", "0,,1", "a", "1.5", "-1", "0,0", str(MAX_SEED + 1)):
+        with pytest.raises(ValueError, match=r"^--seeds: expected"):
+            parse_seeds(bad)
+
+
+def _scores(values: dict[str, list[float]], spread: float | None = 1.0, higher: bool = True):
+    return {
+        label: {s: {"acc (%)": Score(v, spread, higher)} for s, v in enumerate(vals)}
+        for label, vals in values.items()
+    }
+
+
+def test_summary_is_the_mean_and_t_interval_over_seeds_with_within_run_spread_apart():
+    summary = summarize_seeds(_scores({"acl": [80.0, 82.0, 84.0], "no-acl": [70.0, 73.0, 76.0]}, spread=0.5))
+    acl = summary["variants"]["acl"]["acc (%)"]
+    assert acl["mean"] == pytest.approx(82.0)
+    assert acl["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * 2.0 / math.sqrt(3))  # s = 2
+    assert acl["per_seed"] == {"0": 80.0, "1": 82.0, "2": 84.0}
+    assert acl["within_run"] == pytest.approx(0.5)
+    assert summary["reference"] == "acl" and list(summary["paired"]) == ["no-acl"]
+    # differences -10, -9, -8: mean -9, s = 1 -> CI 2.48, excludes 0 -> worse
+    d = summary["paired"]["no-acl"]["acc (%)"]
+    assert d["mean"] == pytest.approx(-9.0) and d["ci95"] == pytest.approx(
+        stats.t.ppf(0.975, 2) / math.sqrt(3)
+    )
+    assert d["verdict"] == "worse" and d["differences"] == pytest.approx([-10.0, -9.0, -8.0])
+
+
+@pytest.mark.parametrize(
+    ("ref", "other", "higher", "verdict"),
+    [
+        ([1.0, 2.0, 3.0], [2.0, 3.1, 3.9], True, "better"),  # +1.0, +1.1, +0.9
+        ([1.0, 2.0, 3.0], [2.0, 3.1, 3.9], False, "worse"),  # the same numbers as a loss
+        ([1.0, 2.0, 3.0], [3.0, 1.0, 3.5], True, "not distinguishable"),  # +2, -1, +0.5
+        ([1.0], [5.0], True, "not distinguishable"),  # one seed: no interval
+    ],
+)
+def test_paired_verdict_on_hand_made_numbers(ref, other, higher, verdict):
+    scores = {
+        "a": {s: {"m": Score(v, None, higher)} for s, v in enumerate(ref)},
+        "b": {s: {"m": Score(v, None, higher)} for s, v in enumerate(other)},
+    }
+    summary = summarize_seeds(scores)
+    assert summary["paired"]["b"]["m"]["verdict"] == verdict
+    assert summary["variants"]["a"]["m"]["within_run"] is None
+
+
+def test_variants_with_other_seeds_or_metrics_are_refused():
+    good = _scores({"a": [1.0, 2.0]})
+    with pytest.raises(ValueError, match=r"scores\['b'\]: expected the seeds \[0, 1\]"):
+        summarize_seeds({**good, "b": {0: {"acc (%)": Score(1.0)}}})
+    with pytest.raises(ValueError, match=r"scores\['b'\]\[0\]: expected the metrics"):
+        summarize_seeds({**good, "b": {0: {"x": Score(1.0)}, 1: {"x": Score(1.0)}}})
+    with pytest.raises(ValueError, match="at least one variant"):
+        summarize_seeds({})
+
+
+def test_markdown_says_what_every_plus_minus_is():
+    md = "\n".join(
+        seed_markdown(summarize_seeds(_scores({"acl": [80.0, 82.0, 84.0], "no-acl": [70, 73, 76]})))
+    )
+    assert "Training seeds: 0, 1, 2 (n = 3)" in md and "Student t, 2 degrees of freedom" in md
+    assert "| acl | 82.00 ± 4.97 |" in md
+    assert "| no-acl | 2 | 76.00 |" in md
+    assert "| no-acl | -9.00 ± 2.48 (worse) |" in md
+    one = "\n".join(seed_markdown(summarize_seeds(_scores({"acl": [80.0]}, spread=None))))
+    assert "none with one seed" in one and "| acl | 80.00 |" in one and "| acl | — |" in one
+
+
+_SMALL_ACL = ["train.max_steps=2", "eval.episodes=4", "eval.split_benchmarks=[digits]"]
+
+
+def test_compare_seeds_trains_every_variant_per_seed_and_aggregates(tmp_path, capsys, data_cache):
+    root = tmp_path / "seeds"
+    args = ["acl", "compare", "--vary", "train.acl_loss=true,false", "--seeds", "0,1", "--preset", "smoke"]
+    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *_SMALL_ACL]) == 0
+    out = capsys.readouterr().out
+    assert "Training seeds: 0, 1 (n = 2)" in out and "Paired difference against acl_loss=true" in out
+    table = json.loads((root / "comparison.json").read_text())
+    runs = ["acl_loss=true/seed0", "acl_loss=true/seed1", "acl_loss=false/seed0", "acl_loss=false/seed1"]
+    assert list(table["results"]) == runs
+    assert [r[0] for r in table["rows"]] == [r.replace("/seed", " seed ") for r in runs]
+    for run in runs:
+        assert f"seed: {run[-1]}" in (root / run / "config.yaml").read_text()
+    summary = table["seeds"]
+    assert summary["seeds"] == [0, 1] and summary["reference"] == "acl_loss=true"
+    metric = summary["metrics"][0]
+    assert metric.endswith("(%)") and summary["paired"]["acl_loss=false"][metric]["n"] == 2
+    per_seed = [table["results"][f"acl_loss=true/seed{s}"]["fewshot"]["accuracy"] * 100 for s in (0, 1)]
+    assert summary["variants"]["acl_loss=true"][metric]["per_seed"] == {"0": per_seed[0], "1": per_seed[1]}
+    assert (root / "comparison_seeds.png").stat().st_size > 0
+    # again: every run is finished and its results.json current -> nothing trained or evaluated again
+    stamps = {run: (root / run / "results.json").stat().st_mtime_ns for run in runs}
+    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *_SMALL_ACL]) == 0
+    assert {run: (root / run / "results.json").stat().st_mtime_ns for run in runs} == stamps
+    assert json.loads((root / "comparison.json").read_text())["seeds"] == summary
+    # another eval override -> evaluated again
+    more = [a if a != "eval.episodes=4" else "eval.episodes=6" for a in _SMALL_ACL]
+    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *more]) == 0
+    assert all((root / run / "results.json").stat().st_mtime_ns != stamps[run] for run in runs)
+    capsys.readouterr()
+    bad = [*args[:4], "--seeds", "0,0", "--preset", "smoke", "--run-root", str(tmp_path / "x")]
+    assert main(bad) == 2 and "--seeds: expected distinct" in capsys.readouterr().err
+    bad = [*args, "--run-root", str(tmp_path / "y"), "train.seed=3"]
+    assert main(bad) == 2 and "train.seed is set by --seeds" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
