@@ -126,8 +126,12 @@ def test_summarize_runs():
     assert s["R_std"][0][0] == pytest.approx(0.1)
     assert s["R_std"][0][1] is None
     # ACC per run: 0.7, 0.7 ; BWT per run: -0.3, -0.3 ; learning acc: 0.85, 0.85
-    assert s["ACC"] == {"mean": pytest.approx(0.7), "std": pytest.approx(0.0)}
-    assert s["BWT"]["mean"] == pytest.approx(-0.3)
+    assert s["ACC"] == {
+        "mean": pytest.approx(0.7),
+        "std": pytest.approx(0.0),
+        "per_run": pytest.approx([0.7, 0.7]),
+    }
+    assert s["BWT"]["mean"] == pytest.approx(-0.3) and s["BWT"]["per_run"] == pytest.approx([-0.3, -0.3])
     assert s["forgetting"]["mean"] == pytest.approx(0.3)
     assert s["learning_accuracy"]["mean"] == pytest.approx(0.85)
     json.dumps(s, allow_nan=False)  # strict-JSON safe

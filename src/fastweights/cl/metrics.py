@@ -258,9 +258,9 @@ def matrix_to_json(arr: np.ndarray) -> list[list[float | None]]:
     return [[None if not math.isfinite(v) else float(v) for v in row] for row in arr.tolist()]
 
 
-def _stats(vals: list[float]) -> dict[str, float]:
+def _stats(vals: list[float]) -> dict[str, Any]:
     a = np.asarray(vals, dtype=np.float64)
-    return {"mean": float(a.mean()), "std": float(a.std())}
+    return {"mean": float(a.mean()), "std": float(a.std()), "per_run": a.tolist()}
 
 
 def summarize_runs(matrices: Sequence[np.ndarray]) -> dict[str, Any]:
@@ -273,8 +273,9 @@ def summarize_runs(matrices: Sequence[np.ndarray]) -> dict[str, Any]:
         matrices: ``n >= 1`` accuracy matrices, each ``[T, T]`` with ``T >= 2`` and the same ``T``.
 
     Returns:
-        ``{"R": mean matrix [T][T], "R_std": std matrix [T][T], "ACC": {"mean", "std"},
-        "BWT": {...}, "forgetting": {...}, "learning_accuracy": {...}, "runs": n}``. Matrices are nested
+        ``{"R": mean matrix [T][T], "R_std": std matrix [T][T], "ACC": {"mean", "std", "per_run"},
+        "BWT": {...}, "forgetting": {...}, "learning_accuracy": {...}, "runs": n}`` (``per_run``: the
+        metric of every run in order, for comparisons paired by run). Matrices are nested
         lists of floats with ``None`` where an entry is NaN in any run (unmeasured upper triangle), so
         the dict serialises as strict JSON.
 

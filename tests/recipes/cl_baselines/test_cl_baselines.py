@@ -402,3 +402,28 @@ def test_a_killed_compare_can_be_run_again_into_its_folder(finished, tmp_path, m
     monkeypatch.undo()
     got = compare(run_dir, [acl], tmp_path / "cmp")  # no --force needed
     assert got["tables"]["domain"]["rows"][0][0] == "ACL: acl-model"
+
+
+def test_paired_rows_pair_acl_and_each_method_run_by_run():
+    from fastweights.recipes.cl_baselines.compare import paired_rows
+
+    def summary(per_run):
+        return {"ACC": {"mean": sum(per_run) / len(per_run), "std": 0.0, "per_run": per_run}}
+
+    baselines = {
+        "config": {"data": {"benchmarks": ["digits", "fashion_mnist"]}, "budgets": ["full"]},
+        "cells": {
+            "Split-Digits/domain/full": {"ewc": {"test": summary([0.60, 0.70, 0.65])}},
+            "Split-FashionMNIST/domain/full": {"ewc": {"test": {"ACC": {"mean": 0.5, "std": 0.0}}}},  # older
+        },
+    }
+    acl = {
+        "m": {"Split-Digits/domain": summary([0.70, 0.80, 0.76]), "Split-FashionMNIST/domain": summary([0.5])}
+    }
+    header, rows = paired_rows("domain", baselines, acl)
+    assert header == ["ACL model", "vs method", "budget", "Split-Digits", "Split-FashionMNIST"]
+    # differences +0.10, +0.10, +0.11: mean 10.3 points, CI 4.30 * 0.577 / sqrt(3) = 1.4 -> better
+    assert rows == [["m", "EWC", "full budget", "+10.3 ± 1.4 (better)", "—"]]
+    acl_close = {"m": {"Split-Digits/domain": summary([0.70, 0.60, 0.66])}}  # +0.10, -0.10, +0.01
+    assert paired_rows("domain", baselines, acl_close)[1][0][3].endswith("(not distinguishable)")
+    assert paired_rows("class-2task", baselines, acl)[1] == []  # the ACL model has no such column

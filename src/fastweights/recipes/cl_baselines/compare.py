@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from fastweights.cl.metrics import paired_difference
 from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES
@@ -28,7 +29,7 @@ from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table, pm
 from fastweights.train.run_folder import check_output_dir, folder_contents, run_lock
 
-__all__ = ["compare", "acl_split_results", "comparison_rows"]
+__all__ = ["compare", "acl_split_results", "comparison_rows", "paired_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,40 @@ def comparison_rows(
     return header, rows
 
 
+def paired_rows(
+    variant: str, baselines: dict[str, Any], acl_models: dict[str, dict[str, Any]]
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of one scenario's paired comparison: for every ACL model and baseline method (per
+    budget), ACL − method in ACC points, the mean ± 95% CI over the runs r (run r of both is the same
+    stream: tasks, order, demonstrations and queries; :func:`fastweights.cl.metrics.paired_difference`)
+    and the verdict for ACL (better / worse / not distinguishable). "—" where either side has no
+    per-run values (results written before they were recorded) or the run counts differ."""
+    cells = baselines["cells"]
+    benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
+    header = ["ACL model", "vs method", "budget", *benches]
+    rows = []
+    for name, split in acl_models.items():
+        ours = {b: (split.get(f"{b}/{variant}") or {}).get("ACC", {}).get("per_run") for b in benches}
+        if all(v is None for v in ours.values()):
+            continue
+        for budget in baselines["config"]["budgets"]:
+            methods = list(
+                dict.fromkeys(m for b in benches for m in cells.get(f"{b}/{variant}/{budget}", {}))
+            )
+            for m in methods:
+                row = [name, method_title(m), BUDGET_TITLES.get(budget, budget)]
+                for b in benches:
+                    cell = cells.get(f"{b}/{variant}/{budget}", {}).get(m)
+                    theirs = None if cell is None else cell["test"]["ACC"].get("per_run")
+                    if ours[b] is None or theirs is None or len(ours[b]) != len(theirs):
+                        row.append("—")
+                        continue
+                    d = paired_difference(theirs, ours[b])
+                    row.append(f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f} ({d['verdict']})")
+                rows.append(row)
+    return header, rows
+
+
 def _bars(header: list[str], rows: list[list[str]]) -> dict[str, dict[str, tuple[float, float]]]:
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for row in rows:
@@ -239,7 +274,18 @@ def compare(
             lines += [f"## {title}", "", *md_table(header, rows), ""]
             name = f"compare_{variant.replace('-', '_')}.png"
             plot_bars(_bars(header, rows), out_dir / "plots" / name, ylabel="ACC (%)", title=title)
-            lines += [f"![{title}](plots/{name})", "", *reference_block(variant)]
+            lines += [f"![{title}](plots/{name})", ""]
+            p_header, p_rows = paired_rows(variant, baselines, acl_models)
+            tables[variant]["paired"] = {"header": p_header, "rows": p_rows}
+            if p_rows:
+                lines += [
+                    "ACL − method on the same runs (ACC points; mean ± 95% CI over the runs, Student t; "
+                    "the verdict is for ACL):",
+                    "",
+                    *md_table(p_header, p_rows),
+                    "",
+                ]
+            lines += reference_block(variant)
         markdown = "\n".join(lines)
         atomic_write_text(out_dir / "comparison.md", markdown)
         atomic_write_json(
