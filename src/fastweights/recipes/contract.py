@@ -50,29 +50,34 @@ RECIPES: dict[str, str] = {
 @dataclass(frozen=True)
 class Selection:
     """How a recipe picks its ``best`` checkpoint: the validation record's ``metric`` (a key of the
-    dict its validation returns, logged in ``metrics.jsonl``), maximised unless ``minimize``.
+    dict its validation returns, logged in ``metrics.jsonl``), maximised unless ``minimize``, measured on
+    ``data`` (in words).
 
-    Every recipe declares one (``SELECTION`` in its package);
+    The rule every shipped choice follows (checkpoint, preset value, attempt): it is made on validation
+    data disjoint from every test benchmark (classes and their concepts, levels, text), never on test
+    numbers. Every recipe declares its selection (``SELECTION`` in its package);
     :func:`~fastweights.recipes.run.fit_run` selects with it and the ``evaluate`` verb records it in
-    ``results.json`` as ``run.selected_on``, so a result always says which validation metric chose
-    the model it reports.
+    ``results.json`` as ``run.selected_on``, so a result always says which validation metric, on which
+    data, chose the model it reports.
     """
 
     metric: str
     minimize: bool = False
+    data: str = ""
 
     def record(self, checkpoint: dict[str, Any], which: str) -> dict[str, Any]:
-        """``{"metric", "mode", "value"}`` for the ``best`` checkpoint (``value`` = the metric at the
+        """``{"metric", "mode", "value", "data"}`` for the ``best`` checkpoint (``value`` = the metric at the
         selected step, from the checkpoint's ``best``; ``None`` if it has none); for ``latest`` (not
         selected) ``value`` is ``None`` and ``mode`` is ``"latest"``."""
         if which != "best":
-            return {"metric": self.metric, "mode": "latest", "value": None}
+            return {"metric": self.metric, "mode": "latest", "value": None, "data": self.data}
         sign = -1.0 if self.minimize else 1.0  # the loop stores sign * metric (higher is better)
         best = checkpoint.get("best")
         return {
             "metric": self.metric,
             "mode": "min" if self.minimize else "max",
             "value": None if best is None else sign * float(best),
+            "data": self.data,
         }
 
 

@@ -110,9 +110,19 @@ def test_gradient_accumulation_counts_tokens(corpus, tmp_path):
     assert res["run"]["trained_tokens"] == 2 * 2 * 4 * 32
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     best = min(r["val_bpb"] for r in logged if "val_bpb" in r)  # the lowest bits per byte is selected
-    assert res["run"]["selected_on"] == {"metric": "val_bpb", "mode": "min", "value": best}
+    assert res["run"]["selected_on"] == {
+        "metric": "val_bpb",
+        "mode": "min",
+        "value": best,
+        "data": lm.SELECTION.data,
+    }
     latest = lm.evaluate(tmp_path / "run", which="latest", out_dir=tmp_path / "latest")
-    assert latest["run"]["selected_on"] == {"metric": "val_bpb", "mode": "latest", "value": None}
+    assert latest["run"]["selected_on"] == {
+        "metric": "val_bpb",
+        "mode": "latest",
+        "value": None,
+        "data": lm.SELECTION.data,
+    }
 
 
 def test_compare_sequence_layers_at_equal_token_budget(corpus, tmp_path, capsys):

@@ -23,7 +23,12 @@ def test_train_and_eval_write_the_results_report_and_curves(tmp_path, capsys):
     assert res["run"]["sequence_layer"] == "srwm"  # the name every recipe's run section shares
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     best = max(r["val_score"] for r in logged if "val_score" in r)
-    assert res["run"]["selected_on"] == {"metric": "val_score", "mode": "max", "value": best}
+    assert res["run"]["selected_on"] == {
+        "metric": "val_score",
+        "mode": "max",
+        "value": best,
+        "data": rl.SELECTION.data,
+    }
     assert r["games"] == ["MiniGrid-Empty-Random-5x5-v0", "MiniGrid-LavaGapS5-v0"]
     assert [s["levels"] for s in r["test_splits"]] == [
         {"start": 1000, "count": 8},

@@ -70,7 +70,11 @@ __all__ = [*RECIPE_MEMBERS, "compare_curves"]  # the recipe contract + extras
 NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = ACLConfig
 # the best checkpoint: the mean meta-validation accuracy of the in-context terms (``_validate``)
-SELECTION = Selection("val_objective")
+SELECTION = Selection(
+    "val_objective",
+    data="meta-validation classes of every training domain (data.sources), fixed episodes; disjoint from "
+    "every test benchmark's classes and concepts (fastweights.data.concepts)",
+)
 MODEL_KEY = "model.sequence_layer"  # what `compare --models` varies
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,10 @@ __all__ = [*RECIPE_MEMBERS]  # the recipe contract + extras
 
 NAME = "fewshot"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = FewShotConfig
-SELECTION = Selection("val_acc")  # the best checkpoint: meta-validation few-shot accuracy
+SELECTION = Selection(  # the best checkpoint: meta-validation few-shot accuracy
+    "val_acc",
+    data="meta-validation classes of data.source (disjoint from its meta-test classes), fixed episodes",
+)
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,9 @@ __all__ = [
 
 NAME = "lm"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = LMRecipeConfig
-SELECTION = Selection("val_bpb", minimize=True)  # the best checkpoint: validation bits per byte
+SELECTION = Selection(  # the best checkpoint: validation bits per byte
+    "val_bpb", minimize=True, data="the corpus's validation cut (disjoint from the test cut)"
+)
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 MAX_NEW_TOKENS = 100_000  # `lm generate` cap: decoding is one step per byte (minutes per 100k on a CPU)
 LN2 = math.log(2.0)

@@ -55,7 +55,9 @@ __all__ = [*RECIPE_MEMBERS, "MODELS", "env_of"]
 
 NAME = "rl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = RLConfig
-SELECTION = Selection("val_score")  # the best checkpoint: mean normalised score on val levels
+SELECTION = Selection(  # the best checkpoint: mean normalised score on val levels
+    "val_score", data="env.val_levels (disjoint from the training and test levels)"
+)
 MODEL_KEY = "model.core"  # what `compare` varies
 MODELS = CORES  # the names `compare --models` accepts
 

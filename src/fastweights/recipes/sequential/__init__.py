@@ -44,7 +44,9 @@ __all__ = [*RECIPE_MEMBERS, "plot_occurrence_curves"]  # the recipe contract + e
 
 NAME = "sequential"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = SequentialConfig
-SELECTION = Selection("val_acc")  # the best checkpoint: meta-validation accuracy on both tasks
+SELECTION = Selection(  # the best checkpoint: meta-validation accuracy on both tasks
+    "val_acc", data="meta-validation classes of both domains (disjoint from their meta-test classes)"
+)
 DOMAINS = ("domain_a", "domain_b")  # the config sections of the two domains
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
 
