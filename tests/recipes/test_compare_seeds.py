@@ -91,7 +91,8 @@ _SMALL_ACL = ["train.max_steps=2", "eval.episodes=4", "eval.split_benchmarks=[di
 def test_compare_seeds_trains_every_variant_per_seed_and_aggregates(tmp_path, capsys, data_cache):
     root = tmp_path / "seeds"
     args = ["acl", "compare", "--vary", "train.acl_loss=true,false", "--seeds", "0,1", "--preset", "smoke"]
-    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *_SMALL_ACL]) == 0
+    seeded = "train.warmup_steps=1{seed}"  # any override may hold the run's seed
+    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *_SMALL_ACL, seeded]) == 0
     out = capsys.readouterr().out
     assert "Training seeds: 0, 1 (n = 2)" in out and "Paired difference against acl_loss=true" in out
     table = json.loads((root / "comparison.json").read_text())
@@ -100,6 +101,7 @@ def test_compare_seeds_trains_every_variant_per_seed_and_aggregates(tmp_path, ca
     assert [r[0] for r in table["rows"]] == [r.replace("/seed", " seed ") for r in runs]
     for run in runs:
         assert f"seed: {run[-1]}" in (root / run / "config.yaml").read_text()
+        assert f"warmup_steps: 1{run[-1]}" in (root / run / "config.yaml").read_text()  # {seed} substituted
     summary = table["seeds"]
     assert summary["seeds"] == [0, 1] and summary["reference"] == "acl_loss=true"
     metric = summary["metrics"][0]
@@ -109,16 +111,25 @@ def test_compare_seeds_trains_every_variant_per_seed_and_aggregates(tmp_path, ca
     assert (root / "comparison_seeds.png").stat().st_size > 0
     # again: every run is finished and its results.json current -> nothing trained or evaluated again
     stamps = {run: (root / run / "results.json").stat().st_mtime_ns for run in runs}
-    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *_SMALL_ACL]) == 0
+    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *_SMALL_ACL, seeded]) == 0
     assert {run: (root / run / "results.json").stat().st_mtime_ns for run in runs} == stamps
     assert json.loads((root / "comparison.json").read_text())["seeds"] == summary
     # another eval override -> evaluated again
     more = [a if a != "eval.episodes=4" else "eval.episodes=6" for a in _SMALL_ACL]
-    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *more]) == 0
+    assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *more, seeded]) == 0
     assert all((root / run / "results.json").stat().st_mtime_ns != stamps[run] for run in runs)
     capsys.readouterr()
     bad = [*args[:4], "--seeds", "0,0", "--preset", "smoke", "--run-root", str(tmp_path / "x")]
     assert main(bad) == 2 and "--seeds: expected distinct" in capsys.readouterr().err
     bad = [*args, "--run-root", str(tmp_path / "y"), "train.seed=3"]
     assert main(bad) == 2 and "train.seed is set by --seeds" in capsys.readouterr().err
+    bad = [
+        *args[:4],
+        "--preset",
+        "smoke",
+        "--run-root",
+        str(tmp_path / "x"),
+        "train.init_from=r/seed{seed}/b.pt",
+    ]
+    assert main(bad) == 2 and "{seed} stands for the training seed of --seeds" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -48,6 +48,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+SEED_FIELD = "{seed}"  # in a compare override: the run's training seed (with --seeds)
 MAX_SEED = 2**31 - 1  # seeds seed numpy and torch generators: a non-negative 32-bit signed range
 
 
@@ -298,7 +299,9 @@ def compare(
     ``comparison.md/.json`` add the recipe's headline numbers (``headline``) as the mean ± 95% CI over
     seeds, per seed, within one run, and the paired difference of every variant against the first with
     its verdict (:func:`fastweights.recipes.compare.summarize_seeds`); ``comparison_seeds.png`` plots the
-    means ± CI. A ``train.seed`` override cannot be combined with ``seeds``.
+    means ± CI. A ``train.seed`` override cannot be combined with ``seeds``; ``{seed}`` in an override
+    stands for the run's seed (e.g. ``train.init_from=runs/base/seed{seed}/checkpoints/best.pt``: each
+    seed meta-finetunes its own base model).
 
     Returns:
         ``{"rows": table rows, "results": {label: results.json content}, "markdown": table}`` and, with
@@ -317,8 +320,19 @@ def compare(
             o.startswith("train.seed=") for o in overrides or []
         ):
             raise ValueError("--seeds: train.seed is set by --seeds; remove it from --vary and the overrides")
-        runs = [(f"{label}/seed{s}", [*o, f"train.seed={s}"]) for label, o in runs for s in seeds]
-    configs = {label: load_config(module.CONFIG, preset, [*(overrides or []), *o]) for label, o in runs}
+        runs = [
+            (
+                f"{label}/seed{s}",
+                [*(x.replace(SEED_FIELD, str(s)) for x in overrides or []), *o, f"train.seed={s}"],
+            )
+            for label, o in runs
+            for s in seeds
+        ]
+    elif any(SEED_FIELD in o for o in overrides or []):
+        raise ValueError(f"overrides: {SEED_FIELD} stands for the training seed of --seeds; give --seeds")
+    else:
+        runs = [(label, [*(overrides or []), *o]) for label, o in runs]
+    configs = {label: load_config(module.CONFIG, preset, o) for label, o in runs}
     run_root = Path(run_root)
     eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]
     results = {}
