@@ -121,42 +121,12 @@ EMOJI_CLASSES: dict[str, str] = {
     "skis": f"draws a ski boot ({_FASHION_WHY})",
 }
 
+_HOURS = "one two three four five six seven eight nine ten eleven twelve".split()
+_CLOCK = "a clock face with hands and no numerals"
 #: EmojiImages names that mention a concept word but were checked to draw none -> what they draw
 EMOJI_REVIEWED: dict[str, str] = {
-    **{
-        f"{h} o’clock": "a clock face with hands and no numerals"
-        for h in (
-            "one",
-            "two",
-            "three",
-            "four",
-            "five",
-            "six",
-            "seven",
-            "eight",
-            "nine",
-            "ten",
-            "eleven",
-            "twelve",
-        )
-    },
-    **{
-        f"{h}-thirty": "a clock face with hands and no numerals"
-        for h in (
-            "one",
-            "two",
-            "three",
-            "four",
-            "five",
-            "six",
-            "seven",
-            "eight",
-            "nine",
-            "ten",
-            "eleven",
-            "twelve",
-        )
-    },
+    **{f"{h} o’clock": _CLOCK for h in _HOURS},
+    **{f"{h}-thirty": _CLOCK for h in _HOURS},
     "eight-spoked asterisk": "an asterisk",
     "eight-pointed star": "a star",
     "dotted six-pointed star": "a star",
