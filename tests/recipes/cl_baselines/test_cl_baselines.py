@@ -427,3 +427,32 @@ def test_paired_rows_pair_acl_and_each_method_run_by_run():
     acl_close = {"m": {"Split-Digits/domain": summary([0.70, 0.60, 0.66])}}  # +0.10, -0.10, +0.01
     assert paired_rows("domain", baselines, acl_close)[1][0][3].endswith("(not distinguishable)")
     assert paired_rows("class-2task", baselines, acl)[1] == []  # the ACL model has no such column
+
+
+def test_acl_names_are_the_shortest_distinct_path_tails(tmp_path):
+    from fastweights.recipes.cl_baselines.compare import acl_names
+
+    root = tmp_path / "runs"
+    assert acl_names([root / "acl-cross", root / "acl-5task"]) == ["acl-cross", "acl-5task"]
+    seeds = [root / "q" / "acl_loss=true" / "seed0", root / "q" / "acl_loss=false" / "seed0"]
+    assert acl_names(seeds) == ["acl_loss=true/seed0", "acl_loss=false/seed0"]
+    with pytest.raises(ValueError, match="^--acl: expected distinct folders"):
+        acl_names([root / "a", root / "x" / ".." / "a"])
+
+
+def test_seed_rows_average_each_seeds_acc_with_a_t_interval():
+    from scipy import stats
+
+    from fastweights.recipes.cl_baselines.compare import seed_rows
+
+    baselines = {"config": {"data": {"benchmarks": ["digits", "fashion_mnist"]}}}
+    acl = {
+        f"acl_loss=true/seed{k}": {"Split-Digits/domain": {"ACC": {"mean": v, "std": 0.02}}}
+        for k, v in enumerate([0.70, 0.74, 0.72])
+    }
+    acl["acl-cross"] = {"Split-Digits/domain": {"ACC": {"mean": 0.9, "std": 0.0}}}  # not a seed group
+    acl["other/seed0"] = {"Split-Digits/domain": {"ACC": {"mean": 0.5, "std": 0.0}}}  # a group of one
+    rows = seed_rows("domain", baselines, acl)
+    ci = 100 * stats.t.ppf(0.975, 2) * 0.02 / 3**0.5  # s = 0.02 over the three seeds
+    assert rows == [["ACL: acl_loss=true, 3 seeds", "mean ± 95% CI over seeds", f"72.0 ± {ci:.1f}", "—"]]
+    assert seed_rows("class", baselines, acl) == []

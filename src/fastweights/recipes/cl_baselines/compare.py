@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
-from fastweights.cl.metrics import paired_difference
+from fastweights.cl.metrics import paired_difference, t_ci95
 from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text
 from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES
@@ -29,7 +30,7 @@ from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table, pm
 from fastweights.train.run_folder import check_output_dir, folder_contents, run_lock
 
-__all__ = ["compare", "acl_split_results", "comparison_rows", "paired_rows"]
+__all__ = ["compare", "acl_names", "acl_split_results", "comparison_rows", "paired_rows", "seed_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,55 @@ def _earlier_comparison(out_dir: Path, run_dir: Path) -> bool:
     return set(others) <= known and Path(recorded).resolve() == run_dir.resolve()
 
 
+def acl_names(acl_dirs: list[Path]) -> list[str]:
+    """A name per ACL folder: the shortest path tail that tells them apart (``acl-cross``; for the run
+    folders of ``compare --seeds``, e.g. ``acl_loss=true/seed0`` and ``acl_loss=false/seed0``).
+
+    Raises:
+        ValueError: naming ``--acl`` when a folder is given twice.
+    """
+    paths = [Path(a).resolve() for a in acl_dirs]
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"--acl: expected distinct folders, given {[str(a) for a in acl_dirs]}")
+    for n in range(1, max(len(p.parts) for p in paths) + 1):
+        names = ["/".join(p.parts[-n:]) for p in paths]
+        if len(set(names)) == len(names):
+            return names
+    return [str(p) for p in paths]
+
+
+_SEED_NAME = re.compile(r"^(.*)/seed(\d+)$")
+
+
+def seed_rows(
+    variant: str, baselines: dict[str, Any], acl_models: dict[str, dict[str, Any]]
+) -> list[list[str]]:
+    """Rows of ACL models trained with several seeds (names ``<variant>/seed<k>``, from ``compare
+    --seeds``): per benchmark, the mean ± 95% CI over seeds (Student t) of each seed's ACC (itself the
+    mean over the runs); one row per group of ≥ 2 seeds."""
+    benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
+    groups: dict[str, list[str]] = {}
+    for name in acl_models:
+        m = _SEED_NAME.match(name)
+        if m:
+            groups.setdefault(m.group(1), []).append(name)
+    rows = []
+    for group, members in groups.items():
+        if len(members) < 2:
+            continue
+        row = [f"ACL: {group}, {len(members)} seeds", "mean ± 95% CI over seeds"]
+        for b in benches:
+            vals = [acl_models[n].get(f"{b}/{variant}") for n in members]
+            if any(v is None for v in vals):
+                row.append("—")
+                continue
+            mean, ci = t_ci95([v["ACC"]["mean"] for v in vals])
+            row.append(pm(mean, ci, 1))
+        if any(c != "—" for c in row[2:]):
+            rows.append(row)
+    return rows
+
+
 def compare(
     run_dir: Path, acl_dirs: list[Path], out_dir: Path, *, force: bool = False, command: str | None = None
 ) -> dict[str, Any]:
@@ -241,9 +291,7 @@ def compare(
     baselines = _baseline_results(Path(run_dir))
     cfg = baselines["config"]
     out_dir = Path(out_dir)
-    names = [Path(a).name or str(a) for a in acl_dirs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"--acl: expected folders with distinct names, given {[str(a) for a in acl_dirs]}")
+    names = acl_names(acl_dirs)
     for a in acl_dirs:  # bad input fails before anything is written
         _check_acl_dir(Path(a))
     with run_lock(out_dir):
@@ -263,12 +311,14 @@ def compare(
         lines += [
             f"Baselines: `{run_dir}` (learner {cfg['learner']}, {cfg['runs']} runs); ACL models evaluated "
             f"on the same streams (the same tasks, order, {cfg['data']['k_shot']} demonstrations per class "
-            "of run r, test queries). ACC after the last task, % (mean ± std over runs).",
+            "of run r, test queries). ACC after the last task, % (mean ± std over runs; rows 'ACL: …, N seeds': "
+            "mean ± 95% CI over the meta-training seeds, Student t).",
             "",
         ]
         tables = {}
         for variant in cfg["scenarios"]:
             header, rows = comparison_rows(variant, baselines, acl_models)
+            rows = seed_rows(variant, baselines, acl_models) + rows
             tables[variant] = {"header": header, "rows": rows}
             title = VARIANT_TITLES.get(variant, variant)
             lines += [f"## {title}", "", *md_table(header, rows), ""]
