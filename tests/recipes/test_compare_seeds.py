@@ -78,11 +78,12 @@ def test_markdown_says_what_every_plus_minus_is():
         seed_markdown(summarize_seeds(_scores({"acl": [80.0, 82.0, 84.0], "no-acl": [70, 73, 76]})))
     )
     assert "Training seeds: 0, 1, 2 (n = 3)" in md and "Student t, 2 degrees of freedom" in md
-    assert "| acl | 82.00 ± 4.97 |" in md
-    assert "| no-acl | 2 | 76.00 |" in md
-    assert "| no-acl | -9.00 ± 2.48 (worse) |" in md
+    assert "| metric | acl | no-acl | no-acl − acl |" in md
+    assert "| acc (%) | 82.00 ± 4.97 | 73.00 ± 7.45 | -9.00 ± 2.48 (worse) |" in md
+    assert "| acc (%) | 80.00 | 82.00 | 84.00 | 70.00 | 73.00 | 76.00 |" in md  # per seed
+    assert "| acc (%) | ± 1.00 | ± 1.00 |" in md  # within one run
     one = "\n".join(seed_markdown(summarize_seeds(_scores({"acl": [80.0]}, spread=None))))
-    assert "none with one seed" in one and "| acl | 80.00 |" in one and "| acl | — |" in one
+    assert "none with one seed" in one and "| acc (%) | 80.00 |" in one and "| acc (%) | — |" in one
 
 
 _SMALL_ACL = ["train.max_steps=2", "eval.episodes=4", "eval.split_benchmarks=[digits]"]

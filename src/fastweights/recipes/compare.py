@@ -153,58 +153,47 @@ def _pm(mean: float, ci: float | None, digits: int = 2) -> str:
 
 
 def seed_markdown(summary: Mapping[str, Any]) -> list[str]:
-    """The Markdown of :func:`summarize_seeds`: the mean ± 95% CI over seeds, the per-seed values, the
-    within-run spread and the paired differences against the reference, each table with a line saying
-    what its ± is."""
+    """The Markdown of :func:`summarize_seeds`, one row per headline number: the mean ± 95% CI over seeds
+    and the paired difference of every variant against the reference with its verdict, then the
+    per-seed values and the within-run spread, each table with a line saying what its ± is."""
     seeds, metrics, v = summary["seeds"], summary["metrics"], summary["variants"]
-    n = len(seeds)
-    lines = [
+    n, ref, paired = len(seeds), summary["reference"], summary["paired"]
+    header = ["metric", *v, *(f"{k} − {ref}" for k in paired)]
+    rows = [
+        [
+            m,
+            *(_pm(v[k][m]["mean"], v[k][m]["ci95"]) for k in v),
+            *(f"{_pm(d[m]['mean'], d[m]['ci95'])} ({d[m]['verdict']})" for d in paired.values()),
+        ]
+        for m in metrics
+    ]
+    per_seed = [[m, *(f"{v[k][m]['per_seed'][str(s)]:.2f}" for k in v for s in seeds)] for m in metrics]
+    within = [
+        [m, *("—" if v[k][m]["within_run"] is None else f"± {v[k][m]['within_run']:.2f}" for k in v)]
+        for m in metrics
+    ]
+    return [
         f"Training seeds: {', '.join(map(str, seeds))} (n = {n}). ± is the 95% CI over seeds "
-        f"(Student t, {n - 1} degrees of freedom)" + (": none with one seed." if n == 1 else "."),
-        "",
-        *md_table(
-            ["variant", *metrics], [[k, *(_pm(v[k][m]["mean"], v[k][m]["ci95"]) for m in metrics)] for k in v]
+        f"(Student t, {n - 1} degrees of freedom)"
+        + (": none with one seed." if n == 1 else ".")
+        + (
+            f" Differences: variant − {ref} seed by seed, mean ± 95% CI, and the verdict for the variant "
+            "(better / worse / not distinguishable when the CI holds 0)."
+            if paired
+            else ""
         ),
+        "",
+        *md_table(header, rows),
         "",
         "Per seed:",
         "",
-        *md_table(
-            ["variant", "seed", *metrics],
-            [[k, s, *(f"{v[k][m]['per_seed'][str(s)]:.2f}" for m in metrics)] for k in v for s in seeds],
-        ),
+        *md_table(["metric", *(f"{k} seed {s}" for k in v for s in seeds)], per_seed),
         "",
         "Within one run (mean over seeds of each run's 95% CI over its evaluation episodes or "
         "demonstration draws; — where the evaluation has none):",
         "",
-        *md_table(
-            ["variant", *metrics],
-            [
-                [
-                    k,
-                    *(
-                        "—" if v[k][m]["within_run"] is None else f"± {v[k][m]['within_run']:.2f}"
-                        for m in metrics
-                    ),
-                ]
-                for k in v
-            ],
-        ),
+        *md_table(["metric", *v], within),
     ]
-    if summary["paired"]:
-        lines += [
-            "",
-            f"Paired difference against {summary['reference']} on the same seeds (variant − "
-            f"{summary['reference']}, mean ± 95% CI over seeds) and verdict:",
-            "",
-            *md_table(
-                ["variant", *metrics],
-                [
-                    [k, *(f"{_pm(d[m]['mean'], d[m]['ci95'])} ({d[m]['verdict']})" for m in metrics)]
-                    for k, d in summary["paired"].items()
-                ],
-            ),
-        ]
-    return lines
 
 
 def parse_vary(text: str) -> tuple[str, list[str]]:

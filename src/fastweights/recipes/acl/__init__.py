@@ -355,13 +355,19 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], lis
 
 def headline(results: dict[str, Any]) -> dict[str, Score]:
     """The numbers ``compare --seeds`` aggregates over training seeds (percent): the held-out few-shot
-    accuracy, acc(A|A→B) of every ordered pair of meta-test domains and each split benchmark's ACC, each
+    accuracy, acc(A|A), acc(B|A→B) and acc(A|A→B) of every ordered pair of meta-test domains (the paper's
+    forgetting table) and each split benchmark's ACC, each
     with its 95% CI inside the run (over episodes; over the split benchmark's demonstration draws,
     ``1.96·std/√runs``)."""
     fs = results["fewshot"]
     out = {f"{fs['n_way']}-way {fs['k_shot']}-shot (%)": Score(100 * fs["accuracy"], 100 * fs["ci95"])}
     for r in forgetting_rows(results):
-        out[f"A after A→B, {r.order} (%)"] = Score(100 * r.first_after["mean"], 100 * r.first_after["ci95"])
+        for what, entry in (
+            ("A after A", r.first),
+            ("B after A→B", r.second),
+            ("A after A→B", r.first_after),
+        ):
+            out[f"{what}, {r.order} (%)"] = Score(100 * entry["mean"], 100 * entry["ci95"])
     for name, split in results.get("split", {}).items():
         acc = split["ACC"]
         out[f"{name} ACC (%)"] = Score(100 * acc["mean"], 100 * 1.96 * acc["std"] / math.sqrt(split["runs"]))

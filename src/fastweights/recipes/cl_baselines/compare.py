@@ -311,8 +311,8 @@ def compare(
         lines += [
             f"Baselines: `{run_dir}` (learner {cfg['learner']}, {cfg['runs']} runs); ACL models evaluated "
             f"on the same streams (the same tasks, order, {cfg['data']['k_shot']} demonstrations per class "
-            "of run r, test queries). ACC after the last task, % (mean ± std over runs; rows 'ACL: …, N seeds': "
-            "mean ± 95% CI over the meta-training seeds, Student t).",
+            "of run r, test queries). ACC after the last task, % (mean ± std over runs; rows "
+            "'ACL: …, N seeds': mean ± 95% CI over the meta-training seeds, Student t).",
             "",
         ]
         tables = {}
