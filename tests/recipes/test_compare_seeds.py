@@ -95,7 +95,7 @@ def test_compare_seeds_trains_every_variant_per_seed_and_aggregates(tmp_path, ca
     seeded = "train.warmup_steps=1{seed}"  # any override may hold the run's seed
     assert main([*args, "--run-root", str(root), f"data.cache_dir={data_cache}", *_SMALL_ACL, seeded]) == 0
     out = capsys.readouterr().out
-    assert "Training seeds: 0, 1 (n = 2)" in out and "Paired difference against acl_loss=true" in out
+    assert "Training seeds: 0, 1 (n = 2)" in out and "Differences: variant − acl_loss=true" in out
     table = json.loads((root / "comparison.json").read_text())
     runs = ["acl_loss=true/seed0", "acl_loss=true/seed1", "acl_loss=false/seed0", "acl_loss=false/seed1"]
     assert list(table["results"]) == runs

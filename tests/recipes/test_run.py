@@ -51,18 +51,20 @@ def test_selection_records_the_metric_that_chose_the_best_checkpoint():
     from fastweights.recipes.contract import Selection
 
     # the loop stores sign * metric as ``best`` (higher is better)
-    assert Selection("val_acc").record({"best": 0.75}, "best") == {
+    assert Selection("val_acc", data="meta-val classes").record({"best": 0.75}, "best") == {
         "metric": "val_acc",
         "mode": "max",
         "value": 0.75,
+        "data": "meta-val classes",
     }
     assert Selection("val_bpb", minimize=True).record({"best": -1.5}, "best") == {
         "metric": "val_bpb",
         "mode": "min",
         "value": 1.5,
+        "data": "",
     }
     latest = Selection("val_acc").record({"best": 0.75}, "latest")
-    assert latest == {"metric": "val_acc", "mode": "latest", "value": None}
+    assert latest == {"metric": "val_acc", "mode": "latest", "value": None, "data": ""}
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))

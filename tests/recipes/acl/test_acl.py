@@ -188,6 +188,7 @@ def test_shipped_standard_checkpoint_loads_and_evaluates(tmp_path, data_cache):
     ("name", "key", "floor"),
     [
         ("acl-cross", "Split-Digits/domain", 0.6),  # 2-task cross-domain model; chance 50%
+        ("acl-cross-noacl", "Split-Digits/domain", 0.6),  # its no-ACL twin (same steps and seed)
         ("acl-5task-domain", "Split-Digits/domain", 0.7),  # chance 50%
         ("acl-5task-class", "Split-Digits/class", 0.3),  # 5-task class-incremental; chance 10%
     ],

@@ -237,6 +237,8 @@ def acl_names(acl_dirs: list[Path]) -> list[str]:
         ValueError: naming ``--acl`` when a folder is given twice.
     """
     paths = [Path(a).resolve() for a in acl_dirs]
+    if not paths:
+        return []
     if len(set(paths)) != len(paths):
         raise ValueError(f"--acl: expected distinct folders, given {[str(a) for a in acl_dirs]}")
     for n in range(1, max(len(p.parts) for p in paths) + 1):
