@@ -187,9 +187,11 @@ def _split_name(class_name: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2)[2:], 16)
 
 
-def _reason(source: str, class_name: str, alphabet: str) -> str | None:
-    name, codepoint = _split_name(class_name)
-    return emoji_exclusion(name, alphabet) if source == "emoji" else glyph_exclusion(codepoint)
+#: source -> why one of its classes (name, first code point, alphabet) is left out, or None
+_RULES = {
+    "emoji": lambda name, codepoint, alphabet: emoji_exclusion(name, alphabet),
+    "fontglyphs": lambda name, codepoint, alphabet: glyph_exclusion(codepoint),
+}
 
 
 def exclude_benchmark_concepts(source: str, pools: dict[str, ClassPool]) -> dict[str, ClassPool]:
@@ -201,12 +203,13 @@ def exclude_benchmark_concepts(source: str, pools: dict[str, ClassPool]) -> dict
     Raises:
         ValueError: for a FontGlyphs or EmojiImages class name without its ``(U+XXXX)`` suffix.
     """
-    if source not in ("emoji", "fontglyphs"):
+    rule = _RULES.get(source)
+    if rule is None:
         return pools
     out = dict(pools)
     for split in EXCLUDED_SPLITS:
         pool = pools[split]
-        reasons = [_reason(source, c, a) for c, a in zip(pool.class_names, pool.alphabets, strict=True)]
+        reasons = [rule(*_split_name(c), a) for c, a in zip(pool.class_names, pool.alphabets, strict=True)]
         keep = [i for i, r in enumerate(reasons) if r is None]
         if len(keep) == pool.num_classes:
             continue

@@ -85,12 +85,14 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _check_scores(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> tuple[list[str], list[int]]:
+def _check_scores(
+    scores: Mapping[str, Mapping[int, Mapping[str, Score]]],
+) -> tuple[list[str], list[int], list[str]]:
     labels = list(scores)
-    if not labels:
-        raise ValueError("scores: expected at least one variant, given none")
+    if not labels or not scores[labels[0]]:
+        raise ValueError("scores: expected at least one variant with at least one seed, given none")
     seeds = list(scores[labels[0]])
-    metrics = list(scores[labels[0]][seeds[0]]) if seeds else []
+    metrics = list(scores[labels[0]][seeds[0]])
     for label in labels:
         if list(scores[label]) != seeds:
             raise ValueError(f"scores[{label!r}]: expected the seeds {seeds}, given {list(scores[label])}")
@@ -100,7 +102,7 @@ def _check_scores(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> tu
                     f"scores[{label!r}][{seed}]: expected the metrics {metrics}, "
                     f"given {list(scores[label][seed])}"
                 )
-    return labels, seeds
+    return labels, seeds, metrics
 
 
 def summarize_seeds(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> dict[str, Any]:
@@ -116,8 +118,7 @@ def summarize_seeds(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> 
     Raises:
         ValueError: for no variants, or variants with different seeds or metrics.
     """
-    labels, seeds = _check_scores(scores)
-    metrics = list(scores[labels[0]][seeds[0]])
+    labels, seeds, metrics = _check_scores(scores)
     variants: dict[str, Any] = {}
     for label in labels:
         variants[label] = {}
@@ -304,28 +305,27 @@ def compare(
         (label, [o])
         for label, o in variants(module.MODEL_KEY, models, vary, getattr(module, "MODELS", SEQUENCE_LAYERS))
     ]
+    given: dict[str, list[str]] = {}  # the user's overrides of each run ({seed} filled in)
     if seeds is not None:
         if (vary is not None and vary[0] == "train.seed") or any(
             o.startswith("train.seed=") for o in overrides or []
         ):
             raise ValueError("--seeds: train.seed is set by --seeds; remove it from --vary and the overrides")
-        runs = [
-            (
-                f"{label}/seed{s}",
-                [*(x.replace(SEED_FIELD, str(s)) for x in overrides or []), *o, f"train.seed={s}"],
-            )
-            for label, o in runs
+        given = {
+            f"{label}/seed{s}": [x.replace(SEED_FIELD, str(s)) for x in overrides or []]
+            for label, _ in runs
             for s in seeds
-        ]
+        }
+        runs = [(f"{label}/seed{s}", [*o, f"train.seed={s}"]) for label, o in runs for s in seeds]
     elif any(SEED_FIELD in o for o in overrides or []):
         raise ValueError(f"overrides: {SEED_FIELD} stands for the training seed of --seeds; give --seeds")
     else:
-        runs = [(label, [*(overrides or []), *o]) for label, o in runs]
-    configs = {label: load_config(module.CONFIG, preset, o) for label, o in runs}
+        given = {label: list(overrides or []) for label, _ in runs}
+    configs = {label: load_config(module.CONFIG, preset, [*given[label], *o]) for label, o in runs}
     run_root = Path(run_root)
-    eval_overrides = [o for o in overrides or [] if o.startswith("eval.")]
     results = {}
     for label, cfg in configs.items():
+        eval_overrides = [o for o in given[label] if o.startswith("eval.")]
         run_dir = run_root / label
         resume = (run_dir / "config.yaml").exists()  # also a run killed before its first checkpoint
         log.info("%s: training %s in %s%s", recipe, label, run_dir, " (resume)" if resume else "")
