@@ -454,5 +454,39 @@ def test_seed_rows_average_each_seeds_acc_with_a_t_interval():
     acl["other/seed0"] = {"Split-Digits/domain": {"ACC": {"mean": 0.5, "std": 0.0}}}  # a group of one
     rows = seed_rows("domain", baselines, acl)
     ci = 100 * stats.t.ppf(0.975, 2) * 0.02 / 3**0.5  # s = 0.02 over the three seeds
-    assert rows == [["ACL: acl_loss=true, 3 seeds", "mean ± 95% CI over seeds", f"72.0 ± {ci:.1f}", "—"]]
+    assert rows == [
+        [
+            "ACL: acl_loss=true, 3 seeds",
+            "mean ± 95% CI over seeds [per seed]",
+            f"72.0 ± {ci:.1f} [70.0, 74.0, 72.0]",
+            "—",
+        ]
+    ]
     assert seed_rows("class", baselines, acl) == []
+
+
+def test_seed_groups_are_compared_with_the_baselines_seed_by_seed():
+    from scipy import stats
+
+    from fastweights.recipes.cl_baselines.compare import comparison_rows, paired_rows
+
+    def summary(mean, per_run=None):
+        return {"ACC": {"mean": mean, "std": 0.0, **({"per_run": per_run} if per_run else {})}}
+
+    baselines = {
+        "config": {"data": {"benchmarks": ["digits"], "k_shot": 5}, "budgets": ["fewshot"]},
+        "cells": {"Split-Digits/domain/fewshot": {"sgd": {"test": summary(0.70, [0.6, 0.8])}}},
+    }
+    acl = {
+        f"g/seed{k}": {"Split-Digits/domain": summary(v, [v, v])} for k, v in enumerate([0.74, 0.76, 0.75])
+    }
+    acl["single"] = {"Split-Digits/domain": summary(0.65, [0.6, 0.7])}
+    header, rows = paired_rows("domain", baselines, acl)
+    # seed level: differences +4, +6, +5 points -> mean 5.0, CI t(0.975, 2) * 1.0 / sqrt(3)
+    ci = stats.t.ppf(0.975, 2) * 1.0 / 3**0.5
+    assert rows[0] == ["g, 3 seeds", "fine-tune (SGD)", "few-shot budget", f"+5.0 ± {ci:.1f} (better)"]
+    # run by run: 0.0 and -0.1 -> -5.0 ± t(0.975, 1) * 0.0707 / sqrt(2)
+    assert rows[1] == ["single", "fine-tune (SGD)", "few-shot budget", "-5.0 ± 63.5 (not distinguishable)"]
+    assert len(rows) == 2  # the group's members have no rows of their own
+    names = [r[0] for r in comparison_rows("domain", baselines, acl)[1]]
+    assert names == ["ACL: single", "fine-tune (SGD)"]  # the seeds are shown by seed_rows

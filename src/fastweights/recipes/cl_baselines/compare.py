@@ -30,7 +30,15 @@ from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table, pm
 from fastweights.train.run_folder import check_output_dir, folder_contents, run_lock
 
-__all__ = ["compare", "acl_names", "acl_split_results", "comparison_rows", "paired_rows", "seed_rows"]
+__all__ = [
+    "compare",
+    "acl_names",
+    "acl_split_results",
+    "comparison_rows",
+    "paired_rows",
+    "seed_groups",
+    "seed_rows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +150,16 @@ def comparison_rows(
     acl_models: dict[str, dict[str, Any]],
 ) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one scenario's table: ACC ± std (%) per benchmark, ACL models first, then
-    every baseline method per budget."""
+    every baseline method per budget. ACL models of a seed group (:func:`seed_groups`) are left out:
+    :func:`seed_rows` shows them."""
     cells = baselines["cells"]
     benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
     header = ["model", "budget", *benches]
     rows = []
+    grouped = {n for members in seed_groups(acl_models).values() for n in members}
     for name, split in acl_models.items():
+        if name in grouped:
+            continue  # shown by its group's row (seed_rows)
         vals = [split.get(f"{b}/{variant}") for b in benches]
         if all(v is None for v in vals):
             continue  # e.g. a 2-task model has no 5-task class-incremental column
@@ -157,8 +169,7 @@ def comparison_rows(
             + ["—" if v is None else pm(v["ACC"]["mean"], v["ACC"]["std"], 1) for v in vals]
         )
     for budget in baselines["config"]["budgets"]:
-        methods = list(dict.fromkeys(m for b in benches for m in cells.get(f"{b}/{variant}/{budget}", {})))
-        for m in methods:
+        for m in _methods(cells, variant, budget, benches):
             row = [method_title(m), BUDGET_TITLES.get(budget, budget)]
             for b in benches:
                 cell = cells.get(f"{b}/{variant}/{budget}", {}).get(m)
@@ -169,36 +180,67 @@ def comparison_rows(
     return header, rows
 
 
+def _methods(cells: dict[str, Any], variant: str, budget: str, benches: list[str]) -> list[str]:
+    return list(dict.fromkeys(m for b in benches for m in cells.get(f"{b}/{variant}/{budget}", {})))
+
+
+def _verdict_cell(d: dict[str, Any]) -> str:
+    return f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f} ({d['verdict']})"
+
+
 def paired_rows(
     variant: str, baselines: dict[str, Any], acl_models: dict[str, dict[str, Any]]
 ) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of one scenario's paired comparison: for every ACL model and baseline method (per
-    budget), ACL − method in ACC points, the mean ± 95% CI over the runs r (run r of both is the same
-    stream: tasks, order, demonstrations and queries; :func:`fastweights.cl.metrics.paired_difference`)
-    and the verdict for ACL (better / worse / not distinguishable). "—" where either side has no
-    per-run values (results written before they were recorded) or the run counts differ."""
+    """Header and rows of one scenario's paired comparison, ACL − method in ACC points per benchmark
+    with a 95% CI (Student t) and the verdict for ACL (better / worse / not distinguishable;
+    :func:`fastweights.cl.metrics.paired_difference`), for every ACL model and baseline method (per
+    budget):
+
+    - a seed group (:func:`seed_groups`, ``ACL: <group>, N seeds``): the unit is the meta-training
+      seed — seed s's difference is its mean ACC over the runs minus the method's (both on the same
+      streams) — and the CI is over the N seeds; the method's own run-to-run spread enters only through
+      its mean over the runs;
+    - any other ACL model: the unit is the run r (run r of both is the same stream: tasks, order,
+      demonstrations and queries); "—" where either side has no per-run values (results written before
+      they were recorded) or the run counts differ.
+    """
     cells = baselines["cells"]
     benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
     header = ["ACL model", "vs method", "budget", *benches]
     rows = []
-    for name, split in acl_models.items():
-        ours = {b: (split.get(f"{b}/{variant}") or {}).get("ACC", {}).get("per_run") for b in benches}
-        if all(v is None for v in ours.values()):
+    groups = seed_groups(acl_models)
+    grouped = {n for members in groups.values() for n in members}
+    for group, members in groups.items():
+        ours = {b: [acl_models[n].get(f"{b}/{variant}") for n in members] for b in benches}
+        if all(any(v is None for v in vals) for vals in ours.values()):
             continue
         for budget in baselines["config"]["budgets"]:
-            methods = list(
-                dict.fromkeys(m for b in benches for m in cells.get(f"{b}/{variant}/{budget}", {}))
-            )
-            for m in methods:
+            for m in _methods(cells, variant, budget, benches):
+                row = [f"{group}, {len(members)} seeds", method_title(m), BUDGET_TITLES.get(budget, budget)]
+                for b in benches:
+                    cell = cells.get(f"{b}/{variant}/{budget}", {}).get(m)
+                    if cell is None or any(v is None for v in ours[b]):
+                        row.append("—")
+                        continue
+                    theirs = [cell["test"]["ACC"]["mean"]] * len(members)
+                    row.append(_verdict_cell(paired_difference(theirs, [v["ACC"]["mean"] for v in ours[b]])))
+                rows.append(row)
+    for name, split in acl_models.items():
+        if name in grouped:
+            continue
+        ours_run = {b: (split.get(f"{b}/{variant}") or {}).get("ACC", {}).get("per_run") for b in benches}
+        if all(v is None for v in ours_run.values()):
+            continue
+        for budget in baselines["config"]["budgets"]:
+            for m in _methods(cells, variant, budget, benches):
                 row = [name, method_title(m), BUDGET_TITLES.get(budget, budget)]
                 for b in benches:
                     cell = cells.get(f"{b}/{variant}/{budget}", {}).get(m)
-                    theirs = None if cell is None else cell["test"]["ACC"].get("per_run")
-                    if ours[b] is None or theirs is None or len(ours[b]) != len(theirs):
+                    theirs_run = None if cell is None else cell["test"]["ACC"].get("per_run")
+                    if ours_run[b] is None or theirs_run is None or len(ours_run[b]) != len(theirs_run):
                         row.append("—")
                         continue
-                    d = paired_difference(theirs, ours[b])
-                    row.append(f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f} ({d['verdict']})")
+                    row.append(_verdict_cell(paired_difference(theirs_run, ours_run[b])))
                 rows.append(row)
     return header, rows
 
@@ -210,8 +252,8 @@ def _bars(header: list[str], rows: list[list[str]]) -> dict[str, dict[str, tuple
         vals = {}
         for bench, cell in zip(header[2:], row[2:], strict=True):
             if cell != "—":
-                mean, _, std = cell.partition(" ± ")
-                vals[bench] = (float(mean), float(std or 0))
+                mean, _, spread = cell.partition(" ± ")
+                vals[bench] = (float(mean), float(spread.split()[0]) if spread else 0.0)
         out[label] = vals
     return out
 
@@ -251,30 +293,35 @@ def acl_names(acl_dirs: list[Path]) -> list[str]:
 _SEED_NAME = re.compile(r"^(.*)/seed(\d+)$")
 
 
-def seed_rows(
-    variant: str, baselines: dict[str, Any], acl_models: dict[str, dict[str, Any]]
-) -> list[list[str]]:
-    """Rows of ACL models trained with several seeds (names ``<variant>/seed<k>``, from ``compare
-    --seeds``): per benchmark, the mean ± 95% CI over seeds (Student t) of each seed's ACC (itself the
-    mean over the runs); one row per group of ≥ 2 seeds."""
-    benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
+def seed_groups(acl_models: dict[str, Any]) -> dict[str, list[str]]:
+    """The ACL models trained with several seeds: names ``<group>/seed<k>`` (the run folders of
+    ``compare --seeds``) grouped by ``<group>``, in the given order; groups of one seed are left out."""
     groups: dict[str, list[str]] = {}
     for name in acl_models:
         m = _SEED_NAME.match(name)
         if m:
             groups.setdefault(m.group(1), []).append(name)
+    return {g: members for g, members in groups.items() if len(members) >= 2}
+
+
+def seed_rows(
+    variant: str, baselines: dict[str, Any], acl_models: dict[str, dict[str, Any]]
+) -> list[list[str]]:
+    """Rows of ACL models trained with several seeds (:func:`seed_groups`): per benchmark, the mean ±
+    95% CI over seeds (Student t) of each seed's ACC (itself the mean over the runs), then the per-seed
+    values in brackets; one row per group."""
+    benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
     rows = []
-    for group, members in groups.items():
-        if len(members) < 2:
-            continue
-        row = [f"ACL: {group}, {len(members)} seeds", "mean ± 95% CI over seeds"]
+    for group, members in seed_groups(acl_models).items():
+        row = [f"ACL: {group}, {len(members)} seeds", "mean ± 95% CI over seeds [per seed]"]
         for b in benches:
             vals = [acl_models[n].get(f"{b}/{variant}") for n in members]
             if any(v is None for v in vals):
                 row.append("—")
                 continue
-            mean, ci = t_ci95([v["ACC"]["mean"] for v in vals])
-            row.append(pm(mean, ci, 1))
+            means = [v["ACC"]["mean"] for v in vals]
+            mean, ci = t_ci95(means)
+            row.append(f"{pm(mean, ci, 1)} [{', '.join(f'{100 * x:.1f}' for x in means)}]")
         if any(c != "—" for c in row[2:]):
             rows.append(row)
     return rows
@@ -331,8 +378,9 @@ def compare(
             tables[variant]["paired"] = {"header": p_header, "rows": p_rows}
             if p_rows:
                 lines += [
-                    "ACL − method on the same runs (ACC points; mean ± 95% CI over the runs, Student t; "
-                    "the verdict is for ACL):",
+                    "ACL − method on the same streams (ACC points, mean ± 95% CI, Student t; the verdict "
+                    "is for ACL). Rows 'N seeds': over the meta-training seeds, each seed's mean over the "
+                    "runs minus the method's; other rows: over the runs, run by run:",
                     "",
                     *md_table(p_header, p_rows),
                     "",
