@@ -4,10 +4,16 @@ RUN_DIR ?= runs/acl-quick
 
 .PHONY: setup demo test lint
 
-$(VENV)/.installed: requirements.txt pyproject.toml scripts/setup.sh
-	VENV=$(VENV) bash scripts/setup.sh
+# One stamp per set of extras (RL=1, FROZEN=1, GPU=1 ask scripts/setup.sh for them): `FROZEN=1 make setup`
+# after a plain `make setup` installs the extra instead of finding the plain stamp up to date.
+EXTRAS := $(if $(filter 1,$(RL)),-rl)$(if $(filter 1,$(FROZEN)),-frozen)$(if $(filter 1,$(GPU)),-gpu)
+STAMP := $(VENV)/.installed$(EXTRAS)
 
-setup: $(VENV)/.installed
+$(STAMP): requirements.txt pyproject.toml scripts/setup.sh
+	VENV=$(VENV) bash scripts/setup.sh
+	touch $@
+
+setup: $(STAMP)
 
 # The shipped models evaluated by `make demo` (each in runs/<name>-pretrained/): the single-domain 2-task
 # model and the two 5-task meta-finetuned ones (domain- and class-incremental).

@@ -81,3 +81,17 @@ print(applied, libc.mallinfo2().hblks - before)
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
         )
         assert out.stdout.split() == expected
+
+
+def test_python_dash_m_fastweights_is_the_same_command_line(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "fastweights", "--help"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("usage: fastweights")
+    bad = subprocess.run(
+        [sys.executable, "-m", "fastweights", "acl", "train", "train.max_steps=-1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 2
+    expected = "fastweights: error: train.max_steps: expected an int >= 0, got -1"
+    assert bad.stderr.strip().splitlines()[-1] == expected

@@ -68,3 +68,27 @@ def test_wheel_install_runs_the_smoke_preset_from_another_folder(tmp_path):
     proc = _run([*cmd, "train.max_steps=2", f"data.cache_dir={tmp_path / 'cache'}"], cwd=elsewhere, env=env)
     assert "trained 2 steps in" in proc.stdout
     assert (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints" / "latest.pt").is_file()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+@pytest.mark.parametrize(
+    ("extras", "stamp"),
+    [({}, None), ({"FROZEN": "1"}, ".installed-frozen"), ({"RL": "1", "GPU": "1"}, ".installed-rl-gpu")],
+)
+def test_make_setup_installs_an_extra_asked_for_after_a_plain_setup(tmp_path, extras, stamp):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed").touch()  # a plain setup, newer than requirements.txt, pyproject.toml, setup.sh
+    env = {k: v for k, v in os.environ.items() if k not in ("RL", "FROZEN", "GPU", "MAKEFLAGS")}
+    dry = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "setup", f"VENV={venv}"],
+        env={**env, **extras},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dry.returncode == 0, dry.stderr
+    if stamp is None:
+        assert "setup.sh" not in dry.stdout  # nothing to do
+    else:
+        assert "scripts/setup.sh" in dry.stdout and f"touch {venv}/{stamp}" in dry.stdout

@@ -151,13 +151,39 @@ def _validate(
     return out
 
 
+#: the source checkout (holding the shipped models in ``pretrained/``) of an editable install
+SOURCE_ROOT = Path(__file__).resolve().parents[4]
+
+
+def init_checkpoint_path(init_from: str) -> Path:
+    """The checkpoint file named by ``train.init_from``: the path as given (relative paths from the
+    working directory), else — for a relative path such as the presets' ``pretrained/acl-cross/…`` — the
+    same path in the source checkout, so the 5-task presets find the shipped model from any folder.
+
+    Raises:
+        FileNotFoundError: naming ``train.init_from``, the path and both places looked in.
+    """
+    given = Path(init_from)
+    if given.is_file() or given.is_absolute():
+        return given
+    shipped = SOURCE_ROOT / given
+    if shipped.is_file():
+        log.info("train.init_from: %s not in %s; using %s", init_from, Path.cwd(), shipped)
+        return shipped
+    raise FileNotFoundError(
+        f"train.init_from: expected a checkpoint file (e.g. RUN/checkpoints/best.pt), got {init_from!r}: "
+        f"not in the working directory {Path.cwd()} nor in the source checkout {SOURCE_ROOT}; pass "
+        "train.init_from=PATH to the 2-task model to start from"
+    )
+
+
 def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[list[dict[str, ClassPool]], dict[str, Any] | None]:
     """The pools of every domain and, for a new run with ``train.init_from``, the checkpoint whose model
     weights start it, checked against this run's model (read before the run folder is written, so a bad
     file leaves nothing behind)."""
     init = None
     if cfg.train.init_from and not continuing:
-        init = read_checkpoint(cfg.train.init_from, key="train.init_from")
+        init = read_checkpoint(init_checkpoint_path(cfg.train.init_from), key="train.init_from")
         if not isinstance(init.get("model"), dict):
             raise ValueError(
                 f"train.init_from: expected a checkpoint with model weights, got {cfg.train.init_from}"
