@@ -7,7 +7,8 @@ loader (:func:`fastweights.config.load_config`) prefixes the section, so a user 
 say ``given`` instead of ``got`` and also take numpy integers.
 
 - numbers: :func:`is_int`, :func:`is_real` (predicates), :func:`check_int` / :func:`check_ints`,
-  :func:`check_count`, :func:`check_real`;
+  :func:`check_count`, :func:`check_real`, :func:`check_seed` (``[0, MAX_SEED]``), :func:`check_threads`
+  (``[0, MAX_THREADS]``);
 - choices: :func:`check_choice`, :func:`check_choices`, :func:`check_betas`, :func:`check_device`;
 - tensors: :func:`describe` (for messages), :func:`check_finite`.
 
@@ -32,6 +33,10 @@ __all__ = [
     "check_int",
     "check_count",
     "check_real",
+    "check_seed",
+    "check_threads",
+    "MAX_SEED",
+    "MAX_THREADS",
     "check_choice",
     "check_choices",
     "check_betas",
@@ -133,6 +138,40 @@ def check_real(
         else:
             want = "a finite number"
         raise ValueError(f"{name}: expected {want}, got {value!r}")
+
+
+#: the largest random seed: seeds start numpy and torch generators and ProcGen's ``rand_seed`` (a signed
+#: 32-bit int; ``seed + game`` must stay in range), so seeds are non-negative 32-bit signed ints
+MAX_SEED = 2**31 - 1
+
+#: the most torch threads a config may ask for (0 = torch's default): far above any machine's core count,
+#: a fixed bound so that a run folder's ``config.yaml`` loads on every machine
+MAX_THREADS = 1024
+
+
+def check_seed(name: str, value: Any) -> int:
+    """``value`` is a random seed: an int in ``[0, MAX_SEED]``.
+
+    Returns:
+        ``value`` itself.
+
+    Raises:
+        ValueError: naming ``name``, the range and the value, e.g.
+            ``"seed: expected an int in [0, 2147483647], got 10**30"``.
+    """
+    return check_int(name, value, 0, MAX_SEED)
+
+
+def check_threads(name: str, value: Any) -> int:
+    """``value`` is a torch thread count: an int in ``[0, MAX_THREADS]`` (0 = torch's default).
+
+    Returns:
+        ``value`` itself.
+
+    Raises:
+        ValueError: naming ``name``, the range and the value given.
+    """
+    return check_int(name, value, 0, MAX_THREADS)
 
 
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:

@@ -132,21 +132,39 @@ def _merge(base: Any, other: Any, where: str) -> Any:
         raise ValueError(f"{where}: {key}: expected {want}, got {got}") from None
 
 
+def _codepoint(character: int | str) -> str:
+    """``U+0000`` for a character (PyYAML reports it as its code point or as a one-character string)."""
+    return f"U+{character if isinstance(character, int) else ord(character[:1] or chr(0)):04X}"
+
+
 def _load_yaml_mapping(path: Path) -> tuple[DictConfig, yaml.Node]:
     """Read a YAML preset file: its OmegaConf mapping and its composed node tree (for line numbers).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: one line naming the file and line for a YAML syntax error, a duplicate key, an
-            empty file, or a top level that is not a mapping.
+        ValueError: one line naming the file: not a YAML text file (binary data, not UTF-8), a YAML
+            syntax error or a duplicate key (with the line), an empty file, or a top level that is not a
+            mapping.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config: YAML file {path} not found")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:  # e.g. a binary file given as a preset
+        raise ValueError(
+            f"config: {path}: not a YAML text file (byte 0x{err.object[err.start]:02x} at offset {err.start} "
+            "is not UTF-8 text); expected a YAML mapping of config keys"
+        ) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         cfg = OmegaConf.load(path)  # OmegaConf's YAML rules: e.g. `1e-3` is a float, duplicate keys fail
+    except yaml.reader.ReaderError as err:  # control characters: binary data that happens to be UTF-8
+        raise ValueError(
+            f"config: {path}: not a YAML text file (control character {_codepoint(err.character)} at "
+            f"offset {err.position}); "
+            "expected a YAML mapping of config keys"
+        ) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"

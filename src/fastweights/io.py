@@ -30,6 +30,7 @@ __all__ = [
     "atomic_torch_save",
     "atomic_write_with",
     "atomic_save_figure",
+    "read_json",
     "JsonlLogger",
     "read_jsonl",
     "PathLike",
@@ -143,6 +144,31 @@ def atomic_write_json(path: PathLike, obj: Any) -> None:
     """
     text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
     atomic_write_text(path, text)
+
+
+def read_json(path: PathLike, what: str = "JSON") -> Any:
+    """The JSON document in ``path`` (``NaN``/``Infinity`` read back as floats).
+
+    Args:
+        what: what the file should hold, for the error (e.g. ``"the results of `cl-baselines run`"``).
+
+    Raises:
+        FileNotFoundError: naming ``path`` when it does not exist.
+        ValueError: one line naming ``path`` when it is damaged: not UTF-8 text or not valid JSON (e.g.
+            a truncated copy), with where the JSON stops making sense.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: not found; expected {what}")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{p}: damaged, expected {what} (byte {err.start} is not UTF-8 text)") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{p}: damaged (truncated or edited?), expected {what}; invalid JSON at line {err.lineno} "
+            f"column {err.colno}: {err.msg}"
+        ) from None
 
 
 def atomic_torch_save(obj: Any, path: PathLike) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastweights.checks import check_choice, check_int
+from fastweights.resources import check_fits
 
 from .concepts import exclude_benchmark_concepts
 from .sources.base import ClassPool, SplitDataset
@@ -233,6 +234,10 @@ def _as_rgb(pool: ClassPool) -> ClassPool:
     return ClassPool(pool.name, rgb, pool.class_names, pool.alphabets, (mean,) * 3, (std,) * 3)
 
 
+#: the sources rendered ``examples_per_class`` times per class, and the channels they render
+_RENDERED_CHANNELS = {"fontglyphs": 1, "emoji": 3}
+
+
 def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
     """``{"train", "val", "test"}`` class pools of a :class:`PoolConfig`.
 
@@ -243,9 +248,19 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
     section (``data``, ``domain_a``, …) that errors name.
 
     Raises:
-        ValueError: for an unknown source, a missing ``<key>.root``, or pools whose channels differ
-            from ``p.channels``.
+        ValueError: for an unknown source, a missing ``<key>.root``, pools whose channels differ
+            from ``p.channels``, or an ``examples_per_class`` whose images cannot fit into memory (one
+            class alone; checked before anything is rendered, :func:`fastweights.resources.check_fits`).
     """
+    if p.source in _RENDERED_CHANNELS:
+        channels = _RENDERED_CHANNELS[p.source]
+        check_fits(
+            f"{key}.examples_per_class={p.examples_per_class}",
+            p.examples_per_class * p.image_size**2 * channels,
+            f"the images of one {p.source} class ({p.examples_per_class:,} of {p.image_size}x{p.image_size} "
+            f"px, {channels} channel(s), uint8)",
+            hint=f"reduce {key}.examples_per_class",
+        )
     needs_root = {**_POOLS, **_DATASETS}[p.source][1] if p.source in CLASS_POOLS + SPLIT_DATASETS else False
     if p.root is None and needs_root and not os.environ.get("FASTWEIGHTS_DATA"):
         raise ValueError(

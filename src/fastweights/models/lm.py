@@ -460,8 +460,9 @@ class CausalLM(nn.Module):
 
         Raises:
             FileNotFoundError: if ``folder`` lacks ``config.json`` or ``model.safetensors``.
-            ValueError: for a config or weights that do not match (incl. an untied ``lm_head`` stored
-                for a config with ``tie_word_embeddings``).
+            ValueError: naming the file, for a damaged ``config.json`` or ``model.safetensors`` (truncated,
+                not JSON / safetensors), or a config and weights that do not match (incl. an untied
+                ``lm_head`` stored for a config with ``tie_word_embeddings``).
         """
         from safetensors.torch import load
 
@@ -472,7 +473,13 @@ class CausalLM(nn.Module):
                     f"folder: expected {folder}/{name} (a folder written by CausalLM.save_pretrained "
                     f"holds {CONFIG_FILE} and {WEIGHTS_FILE})"
                 )
-        raw = json.loads((folder / CONFIG_FILE).read_text())
+        try:
+            raw = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(
+                f"{folder / CONFIG_FILE}: damaged, expected the JSON config written by save_pretrained "
+                f"({type(err).__name__}: {err})"
+            ) from None
         saved_dtype = raw.pop("torch_dtype", "float32") if isinstance(raw, dict) else "float32"
         cfg = LMConfig.from_dict(raw, f"config: {folder / CONFIG_FILE}")
         if dtype is None:
@@ -481,8 +488,15 @@ class CausalLM(nn.Module):
                 raise ValueError(
                     f"{folder / CONFIG_FILE}: torch_dtype: expected a torch dtype name, got {saved_dtype!r}"
                 )
+        try:
+            sd = load((folder / WEIGHTS_FILE).read_bytes())
+        except Exception as err:  # SafetensorError (truncated, garbage) and friends: one line naming the file
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise ValueError(
+                f"{folder / WEIGHTS_FILE}: damaged, expected the safetensors file written by save_pretrained "
+                f"({first})"
+            ) from None
         model = cls(cfg)
-        sd = load((folder / WEIGHTS_FILE).read_bytes())
         if cfg.tie_word_embeddings:
             if "lm_head.weight" in sd:
                 raise ValueError(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import pickle
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -404,6 +405,8 @@ def load_vit_b16(path: str | Path, *, num_heads: int | None = None) -> ViTB16:
         obj = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # any unreadable file is the user's input error, reported in one line
         first = (str(e).strip().splitlines() or [""])[0][:200]
+        if isinstance(e, pickle.UnpicklingError):  # torch's text here is advice about weights_only
+            first = "damaged, or not a file written by torch.save"
         raise _bad(
             "a file torch.load(weights_only=True) can read", f"{path} ({type(e).__name__}: {first})"
         ) from None

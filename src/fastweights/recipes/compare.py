@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fastweights.checks import MAX_SEED
 from fastweights.cl.metrics import paired_difference, t_ci95
 from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text, read_jsonl
@@ -49,7 +50,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SEED_FIELD = "{seed}"  # in a compare override: the run's training seed (with --seeds)
-MAX_SEED = 2**31 - 1  # seeds seed numpy and torch generators: a non-negative 32-bit signed range
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from fastweights.config import (
 from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.recipes.contract import Selection
 from fastweights.recipes.reporting import save_evaluation
+from fastweights.resources import check_fits
 from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import StateAccessors, fit, resume_fallback_hint
@@ -53,6 +54,8 @@ __all__ = [
     "load_trained",
     "prepare_run",
     "resolve_device",
+    "check_model_memory",
+    "model_memory",
     "RESUME_OVERRIDABLE",
     "TRAINED_OUTPUTS",
 ]
@@ -157,6 +160,62 @@ def _check_resumable(
             "without --resume to start over, or choose another folder)"
         )
     ckpt.verify("latest", fallback_hint=resume_fallback_hint(ckpt))  # before anything is written
+
+
+def model_memory(build: Callable[[Any], torch.nn.Module], cfg: Any) -> tuple[int, int] | None:
+    """``(parameters, bytes)`` of ``build(cfg)``'s parameters and buffers, counted on PyTorch's ``meta``
+    device (shapes only: nothing is allocated, whatever the sizes). ``(-1, -1)``: too large to even
+    count (a tensor of more than 2^63 bytes); ``None`` when the model cannot be built on ``meta`` for
+    another reason (the real build then reports it)."""
+    try:
+        with torch.device("meta"):
+            model = build(cfg)
+    except (RuntimeError, OverflowError) as err:
+        return (-1, -1) if "overflow" in str(err).lower() else None
+    except Exception:  # e.g. an optional package missing: not a size problem, the real build says it
+        return None
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(p.numel() for p in model.parameters()), sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _largest_size(cfg: Any) -> str:
+    """``"model.d_ff=1000000000000"``: the largest int of ``cfg.model`` (the key a size error names)."""
+    section = getattr(cfg, "model", None)
+    if section is None or not hasattr(section, "__dataclass_fields__"):
+        return "model"
+    sizes = [(v, k) for k, v in vars(section).items() if isinstance(v, int) and not isinstance(v, bool)]
+    return f"model.{max(sizes)[1]}={max(sizes)[0]}" if sizes else "model"
+
+
+def check_model_memory(
+    cfg: Any, build: Callable[[Any], torch.nn.Module], device: torch.device, *, training: bool
+) -> None:
+    """Refuse a model whose parameters (and, for ``training``, their gradients) cannot fit into the
+    memory of ``device`` (:func:`fastweights.resources.memory_limit`), before anything is allocated:
+    the parameters are counted on the ``meta`` device (:func:`model_memory`).
+
+    Raises:
+        ValueError: naming the largest size of ``cfg.model`` (e.g. ``model.d_ff=1000000000000``), the
+            parameter count, the bytes needed and the memory there is.
+    """
+    found = model_memory(build, cfg)
+    if found is None:
+        return
+    count, size = found
+    key, hint = _largest_size(cfg), "reduce it or the other sizes of the model section"
+    if count < 0:
+        raise ValueError(
+            f"{key}: the model's parameters are too many to count (one tensor would hold more than 2^63 "
+            f"bytes); {hint}"
+        )
+    grads = " and their gradients" if training else ""
+    check_fits(
+        key,
+        size * (2 if training else 1),
+        f"the model's {count:,} parameters{grads} (fp32)",
+        device,
+        hint=hint,
+    )
 
 
 def prepare_run(
@@ -365,11 +424,13 @@ def start_run(
     load_data: Callable[[Any, bool], Any] | None = None,
     overrides: list[str] | None = None,
     force: bool = False,
+    build: Callable[[Any], torch.nn.Module] | None = None,
 ) -> RecipeRun:
     """:func:`prepare_run` (``overrides`` and ``force`` as there), then threads, device and seeds from
     ``cfg.train``.
 
-    Before anything is written, the device is checked and
+    Before anything is written, the device is checked, the model ``build(cfg)`` makes is checked to fit
+    into its memory (:func:`check_model_memory`; parameters counted without allocating them) and
     ``load_data(cfg, continuing)`` (the recipe's data: pools, corpus; ``continuing``: a checkpoint will
     be resumed) runs with the final config, so a missing or bad data folder leaves no run folder behind;
     its result is :attr:`RecipeRun.data`.
@@ -383,8 +444,10 @@ def start_run(
     w = distributed.setup(resolve_device(cfg.device))
 
     def check_all(c: Any) -> None:
-        resolve_device(c.device)
+        device = resolve_device(c.device)
         local = distributed.rank_config(c, w)
+        if build is not None:
+            check_model_memory(local, build, device, training=True)
         if load_data is not None:
             loaded[0] = load_data(local, resume and CheckpointManager(run_dir).exists("latest"))
 
@@ -489,14 +552,18 @@ def train_verb(
     fit_recipe: Callable[[RecipeRun], dict[str, Any]],
     *,
     load_data: Callable[[Any, bool], Any] | None = None,
+    build: Callable[[Any], torch.nn.Module] | None = None,
     doc: str | None = None,
 ) -> Callable[..., dict[str, Any]]:
     """The ``train`` function of a recipe module: the run folder's lock, :func:`start_run` (guards,
-    config checks, ``load_data`` before anything is written) and then ``fit_recipe(run)``.
+    config checks, the model's memory, ``load_data`` before anything is written) and then
+    ``fit_recipe(run)``.
 
     Args:
         fit_recipe: builds the model and trains it (usually through :func:`fit_run`).
         load_data: the recipe's data for the final config (see :func:`start_run`).
+        build: the recipe's ``build_model``: its parameters are counted (on the ``meta`` device) and
+            refused before anything is written when they cannot fit (:func:`check_model_memory`).
         doc: the first part of the returned function's docstring (default: ``fit_recipe``'s).
     """
 
@@ -518,6 +585,7 @@ def train_verb(
             overrides=overrides,
             force=force,
             load_data=load_data,
+            build=build,
         )
         return fit_recipe(run)
 
@@ -602,11 +670,13 @@ def load_trained(
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
         RunFolderError: if the checkpoint is damaged.
+        ValueError: if the model cannot fit into the device's memory (:func:`check_model_memory`).
     """
     cfg, state = load_run(Path(run_dir), config_cls, which, overrides)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     device = resolve_device(cfg.device)
+    check_model_memory(cfg, build, device, training=False)
     model = build(cfg).to(device)
     model.load_state_dict(state["model"])
     return cfg, state, model, device

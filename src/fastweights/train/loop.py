@@ -45,7 +45,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from fastweights.checks import check_choice, check_ints, check_real
+from fastweights.checks import check_choice, check_ints, check_real, check_seed, check_threads
 from fastweights.io import JsonlLogger
 from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
@@ -73,8 +73,8 @@ class LoopConfig:
 
     Raises:
         ValueError: naming the field (the config loader adds ``train.``) for a negative budget, step
-            count, seed, thread count or clip, a period or accumulation count below 1, or an unknown
-            precision.
+            count or clip, a seed outside ``[0, MAX_SEED]`` or a thread count outside ``[0, MAX_THREADS]``
+            (:mod:`fastweights.checks`), a period or accumulation count below 1, or an unknown precision.
     """
 
     max_steps: int = 1000  # optimiser steps
@@ -90,7 +90,9 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         check_ints(self, ("val_every_steps", "checkpoint_every_steps", "accumulation_steps"))
-        check_ints(self, ("max_steps", "seed", "threads"), low=0)
+        check_ints(self, ("max_steps",), low=0)
+        check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_real("max_minutes", self.max_minutes, 0)
         check_real("grad_clip", self.grad_clip, 0)
         check_choice("precision", self.precision, PRECISIONS)

@@ -425,7 +425,7 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
     )
 
 
-train = train_verb(_fit, load_data=_train_data)
+train = train_verb(_fit, load_data=_train_data, build=build_model)
 
 evaluate = evaluate_verb(
     _measure,

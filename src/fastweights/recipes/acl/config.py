@@ -222,8 +222,9 @@ class ACLConfig:
                     f"measured on a frozen encoder's features), got {list(e.mini_benchmarks)!r}"
                 )
             return
+        problems = []
         if e.mini_benchmarks and self.model.num_classes < 10:
-            raise ValueError(
+            problems.append(
                 "eval.mini_benchmarks: the mini sequences (5 tasks x 2 classes, class-incremental) need "
                 f"model.num_classes >= 10, got {self.model.num_classes}"
             )
@@ -233,9 +234,26 @@ class ACLConfig:
             "train.augment.low_res": (t.augment.low_res, 0),
             "eval.split_benchmarks": (list(e.split_benchmarks), []),
         }
-        for key, (value, allowed) in refused.items():
-            if value != allowed:
-                raise ValueError(
-                    f"{key}: expected {allowed!r} with model.backbone {self.model.backbone!r} (features are "
-                    f"computed once per image; use eval.mini_benchmarks), got {value!r}"
-                )
+        problems += [
+            f"{key}: expected {allowed!r} with model.backbone {self.model.backbone!r} (features are "
+            f"computed once per image; use eval.mini_benchmarks), got {value!r}"
+            for key, (value, allowed) in refused.items()
+            if value != allowed
+        ]
+        if problems:
+            self._check_encoder_weights()  # a weights file that cannot work is the problem to fix first
+            raise ValueError(problems[0])
+
+    def _check_encoder_weights(self) -> None:
+        """The frozen encoder of ``model.backbone`` loads from ``model.backbone_weights``.
+
+        Raises:
+            ValueError: naming ``model.backbone_weights`` for a missing, unreadable or wrong-layout
+                weights file (an encoder whose optional package is missing is left to the run's start).
+        """
+        from fastweights.recipes.acl.frozen import frozen_encoder
+
+        try:
+            frozen_encoder(self.model)
+        except ImportError:
+            pass

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from fastweights.cl.ncm import evaluate_ncm_tasks, ncm_task_alone
 from fastweights.cl.split_protocol import evaluate_split_tasks, evaluate_tasks_alone
@@ -60,7 +61,10 @@ MINI_WAYS = 2  # classes per task
 
 @functools.lru_cache(maxsize=2)
 def _encoder(name: str, weights: str) -> FrozenEncoder:
-    return build_frozen_encoder(name, weights or None)
+    # on the CPU even when the caller builds its model on another default device (the `meta` device of
+    # recipes.run.model_memory): the cached encoder is the real one
+    with torch.device("cpu"):
+        return build_frozen_encoder(name, weights or None)
 
 
 def frozen_encoder(m: ClassifierConfig) -> FrozenEncoder | None:

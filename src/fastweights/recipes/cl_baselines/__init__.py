@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,13 +137,57 @@ def cell_path(run_dir: Path, benchmark: str, variant: str, budget: str, name: st
     return Path(run_dir) / "cells" / benchmark / variant / budget / f"{name}.json"
 
 
-def _cached(path: Path, compute: Any) -> dict[str, Any]:
-    """The cell at ``path`` if a previous (killed) run wrote it, else ``compute()`` written atomically."""
+def _settings_problem(cell: Any, optimizer: str) -> str | None:
+    """What is wrong with a cached training-settings cell (``None``: it is one, for ``optimizer``)."""
+    if not isinstance(cell, dict):
+        return f"expected a JSON object, got {type(cell).__name__}"
+    if cell.get("optimizer") != optimizer:
+        return f"expected optimizer {optimizer!r}, got {cell.get('optimizer')!r}"
+    if not isinstance(cell.get("search"), list) or not isinstance(cell.get("best"), dict):
+        return "expected the keys best (an object) and search (a list)"
+    try:
+        TrainSettings(**cell["best"])
+    except (TypeError, ValueError) as err:
+        return f"best: not training settings ({err})"
+    return None
+
+
+def _method_problem(cell: Any, method: str) -> str | None:
+    """What is wrong with a cached method cell (``None``: it is one, for ``method``)."""
+    if not isinstance(cell, dict):
+        return f"expected a JSON object, got {type(cell).__name__}"
+    if cell.get("method") != method:
+        return f"expected method {method!r}, got {cell.get('method')!r}"
+    kinds = {"settings": dict, "hparams": dict, "search": list, "test": dict, "R_runs": list}
+    wrong = [k for k, kind in kinds.items() if not isinstance(cell.get(k), kind)]
+    if wrong:
+        return f"expected the keys {', '.join(kinds)}; missing or of the wrong type: {', '.join(wrong)}"
+    acc, R = cell["test"].get("ACC"), cell["test"].get("R")
+    if not (isinstance(acc, dict) and all(isinstance(acc.get(k), int | float) for k in ("mean", "std"))):
+        return "test.ACC: expected an object with the numbers mean and std"
+    if not isinstance(R, list):
+        return "test.R: expected the mean accuracy matrix (a list)"
+    return None
+
+
+def _cached(
+    path: Path, compute: Callable[[], dict[str, Any]], problem: Callable[[Any], str | None]
+) -> dict[str, Any]:
+    """The cell at ``path`` if a previous (killed) run wrote it, else ``compute()`` written atomically.
+
+    The cells are a cache: one that is damaged (not JSON) or not a cell of this job (``problem(cell)``
+    says what is wrong) is logged as a warning naming it and recomputed; the new cell replaces it
+    atomically."""
     if path.is_file():
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            log.warning("%s is damaged; recomputing it", path)
+            cell = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            log.warning("%s is damaged (%s); recomputing it", path, err)
+        else:
+            wrong = problem(cell)
+            if wrong is None:
+                return cell  # type: ignore[no-any-return]
+            log.warning("%s is not a cell of this run (%s); recomputing it", path, wrong)
     start = time.perf_counter()
     cell = compute()
     cell["seconds"] = round(time.perf_counter() - start, 2)
@@ -293,6 +338,7 @@ def _settings_job(cfg: BaselinesConfig, job: CellJob) -> dict[str, Any]:
         functools.partial(
             _settings_cell, cfg, _streams(cfg, job.benchmark), job.variant, job.budget, job.name
         ),
+        functools.partial(_settings_problem, optimizer=job.name),
     )
 
 
@@ -310,6 +356,7 @@ def _method_job(cfg: BaselinesConfig, job: CellJob) -> dict[str, Any]:
             job.name,
             TrainSettings(**dict(job.settings)),
         ),
+        functools.partial(_method_problem, method=job.name),
     )
     log.info("%s: %s ACC %.1f", job.label, job.name, 100 * cell["test"]["ACC"]["mean"])
     return cell

@@ -18,7 +18,7 @@ from typing import Any
 
 from fastweights.cl.metrics import paired_difference, t_ci95
 from fastweights.config import load_config
-from fastweights.io import atomic_write_json, atomic_write_text
+from fastweights.io import atomic_write_json, atomic_write_text, read_json
 from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES
 from fastweights.recipes.cl_baselines.report import (
     BUDGET_TITLES,
@@ -49,8 +49,8 @@ def _baseline_results(run_dir: Path) -> dict[str, Any]:
         raise FileNotFoundError(
             f"run_dir: {path} not found; expected a finished `fastweights cl-baselines run` folder"
         )
-    res = json.loads(path.read_text())
-    if "cells" not in res or "config" not in res:
+    res = read_json(path, "the results.json of `fastweights cl-baselines run`")
+    if not isinstance(res, dict) or "cells" not in res or "config" not in res:
         raise ValueError(f"run_dir: {path} is not the results of `fastweights cl-baselines run`")
     return res
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastweights.checks import check_choice, check_choices, check_int, check_ints, check_real
+from fastweights.checks import (
+    check_choice,
+    check_choices,
+    check_int,
+    check_ints,
+    check_real,
+    check_seed,
+    check_threads,
+)
 from fastweights.cl.baselines.learners import LEARNERS
 from fastweights.cl.baselines.trainer import OPTIMIZERS
 from fastweights.data.registry import FASHION_MNIST_DEBIAN
@@ -186,6 +194,6 @@ class BaselinesConfig:
             if len(set(values)) != len(values):
                 raise ValueError(f"{key}: expected distinct names, got {list(values)!r}")
         check_int("runs", self.runs)
-        check_int("seed", self.seed, low=0)
-        check_int("threads", self.threads, low=0)
+        check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_int("workers", self.workers)

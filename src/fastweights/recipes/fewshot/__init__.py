@@ -209,7 +209,7 @@ def summary(results: dict[str, Any]) -> str:
     )
 
 
-train = train_verb(_fit, load_data=lambda c, _: load_pools_for(c.data))
+train = train_verb(_fit, load_data=lambda c, _: load_pools_for(c.data), build=build_model)
 
 evaluate = evaluate_verb(
     _measure,

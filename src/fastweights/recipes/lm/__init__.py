@@ -17,6 +17,7 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
+from fastweights.checks import check_seed
 from fastweights.data.sources.text import (
     decode,
     encode,
@@ -340,8 +341,9 @@ def generate_text(
 
     Raises:
         FileNotFoundError: if ``path`` holds neither a run nor a saved model.
-        ValueError: for an empty prompt, ``max_new_tokens`` outside ``0..MAX_NEW_TOKENS`` or bad sampling
-            arguments.
+        ValueError: for an empty prompt, ``max_new_tokens`` outside ``0..MAX_NEW_TOKENS``, a ``seed`` outside
+            ``[0, MAX_SEED]`` (:mod:`fastweights.checks`), bad sampling arguments, or a damaged model file
+            (naming it).
     """
     if not prompt:
         raise ValueError("prompt: expected a non-empty text")
@@ -349,6 +351,7 @@ def generate_text(
         raise ValueError(f"--max-new-tokens: expected an int, got {max_new_tokens!r}")
     if not 0 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise ValueError(f"--max-new-tokens: expected 0..{MAX_NEW_TOKENS:,} bytes, got {max_new_tokens:,}")
+    check_seed("--seed", seed)
     model, device = _load_any(Path(path), which)
     ids = encode(prompt)[None].to(device)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -387,7 +390,7 @@ def summary(results: dict[str, Any]) -> str:
     return ", ".join(f"{name} {c['bpb']:.4f} bits per byte" for name, c in cuts.items())
 
 
-train = train_verb(_fit, load_data=_train_data)
+train = train_verb(_fit, load_data=_train_data, build=build_model)
 
 evaluate = evaluate_verb(
     _measure,

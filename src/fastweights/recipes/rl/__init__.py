@@ -377,7 +377,9 @@ def summary(results: dict[str, Any]) -> str:
     return f"{head}: normalised score ×100 test {100 * rl['test_score']:.1f}{train}"
 
 
-train = train_verb(_fit, load_data=lambda c, _: env_of(c, c.env.train_levels, seed=c.train.seed))
+train = train_verb(
+    _fit, load_data=lambda c, _: env_of(c, c.env.train_levels, seed=c.train.seed), build=build_model
+)
 
 evaluate = evaluate_verb(
     _measure,

@@ -250,7 +250,9 @@ def summary(results: dict[str, Any]) -> str:
 
 
 train = train_verb(
-    _fit, load_data=lambda c, _: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)]
+    _fit,
+    load_data=lambda c, _: [load_pools_for(d, key) for key, d in zip(DOMAINS, _domains(c), strict=True)],
+    build=build_model,
 )
 
 evaluate = evaluate_verb(
