@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +26,7 @@ from fastweights.config import (
     load_run_config,
     rename_deprecated,
 )
-from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.io import atomic_write_bytes, atomic_write_text, read_jsonl
 from fastweights.recipes.contract import Selection
 from fastweights.recipes.reporting import save_evaluation
 from fastweights.resources import check_fits
@@ -31,7 +34,9 @@ from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import StateAccessors, fit, resume_fallback_hint
 from fastweights.train.run_folder import (
+    LOCK_NAME,
     RunFolderError,
+    check_writable,
     folder_contents,
     holds_lock,
     locks_eval_output,
@@ -53,6 +58,7 @@ __all__ = [
     "evaluate_verb",
     "load_trained",
     "prepare_run",
+    "restored_on_failure",
     "resolve_device",
     "check_model_memory",
     "model_memory",
@@ -61,6 +67,8 @@ __all__ = [
 ]
 
 C = TypeVar("C")
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -234,8 +242,10 @@ def prepare_run(
     """Check ``run_dir`` and write its ``config.yaml`` and ``command.txt``; returns the config to train.
 
     Call it holding ``run_lock(run_dir)`` (recipes decorate ``train`` with
-    :func:`fastweights.train.run_folder.locks_run_dir`). Stale temporary files of killed writes are
-    removed first. A fresh run needs a new or empty ``run_dir`` (``force``: start over in a folder
+    :func:`fastweights.train.run_folder.locks_run_dir`). First every folder of ``run_dir`` is tried for
+    writing (:func:`~fastweights.train.run_folder.check_writable`: a read-only ``checkpoints/`` is
+    refused before the log is cut back or the config rewritten), then stale temporary files of killed
+    writes are removed. A fresh run needs a new or empty ``run_dir`` (``force``: start over in a folder
     holding a run, removing its checkpoints, ``metrics.jsonl`` and ``results.json``). ``resume``
     continues the run in ``run_dir`` with its saved ``config.yaml``, changed only by the ``overrides``
     that :data:`RESUME_OVERRIDABLE` allows; a ``run_dir`` that does not exist yet (or holds only the
@@ -254,13 +264,15 @@ def prepare_run(
     Raises:
         FileExistsError: if ``run_dir`` already holds a run and neither ``resume`` nor ``force`` is set.
         RunFolderError: if ``run_dir`` holds other files (without ``force``), or ``resume`` finds a log
-            or ``best.pt`` but no ``latest.pt`` to continue from, or a checkpoint without ``config.yaml``.
+            or ``best.pt`` but no ``latest.pt`` to continue from, or a checkpoint without ``config.yaml``,
+            or a folder of ``run_dir`` (or its ``metrics.jsonl``) cannot be written.
         ValueError: from ``check`` or for overrides that may not change on resume (nothing is written).
         RuntimeError: if the caller does not hold the folder's lock.
     """
     run_dir = Path(run_dir)
     if not holds_lock(run_dir):
         raise RuntimeError(f"prepare_run: hold run_lock({run_dir}) first (see locks_run_dir)")
+    check_writable(run_dir, doing="--resume" if resume else "write into")  # before anything changes
     remove_stale_temporaries(run_dir)
     ckpt = CheckpointManager(run_dir)
     markers, others = folder_contents(run_dir)
@@ -526,6 +538,73 @@ def fit_run(
     )
 
 
+#: what a resume rewrites before it saves its first checkpoint (restored when it fails before that)
+_RESUME_REWRITES = ("config.yaml", "command.txt", "metrics.jsonl")
+
+
+def _file_states(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """``{relative path: (inode, size, mtime ns)}`` of every file below ``folder`` (lock file aside)."""
+    out = {}
+    for top, _, names in os.walk(folder):
+        for name in names:
+            path = Path(top) / name
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                out[str(path.relative_to(folder))] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    out.pop(LOCK_NAME, None)
+    return out
+
+
+@contextlib.contextmanager
+def restored_on_failure(run_dir: Path) -> Iterator[None]:
+    """A ``--resume`` that fails before it saved a checkpoint leaves ``run_dir`` byte-identical.
+
+    Before the block, the files a resume rewrites before its first checkpoint (``config.yaml``,
+    ``command.txt``, ``metrics.jsonl``, which the loop cuts back to the checkpoint) are read. When the
+    block raises (any exception, Ctrl-C included) and nothing under ``checkpoints/`` changed, those files
+    are written back as they were and the files and folders the block created (e.g. TensorBoard event
+    files) are removed; once a checkpoint was saved the run has moved on and the folder is left as the
+    checkpoint describes it. Best effort: a restore that fails is logged, and the block's own error is
+    raised either way. Call it holding the folder's lock.
+    """
+    run_dir = Path(run_dir)
+    before = _file_states(run_dir)
+    dirs = {Path(top) for top, _, _ in os.walk(run_dir)}
+    saved = {n: (run_dir / n).read_bytes() for n in _RESUME_REWRITES if n in before}
+    try:
+        yield
+    except BaseException:
+        after = _file_states(run_dir)
+        progress = any(
+            after.get(k) != before.get(k) for k in {*before, *after} if Path(k).parts[:1] == ("checkpoints",)
+        )
+        if not progress:
+            try:
+                _restore(run_dir, saved, before, after, dirs)
+            except OSError as err:
+                log.warning("%s: could not restore the folder after the failed --resume (%s)", run_dir, err)
+        raise
+
+
+def _restore(
+    run_dir: Path,
+    saved: dict[str, bytes],
+    before: dict[str, tuple[int, int, int]],
+    after: dict[str, tuple[int, int, int]],
+    dirs: set[Path],
+) -> None:
+    """Put back the ``saved`` files that changed and remove the files and folders created since."""
+    for name, data in saved.items():
+        if after.get(name) != before[name] and (run_dir / name).read_bytes() != data:
+            atomic_write_bytes(run_dir / name, data)
+    for name in sorted(set(after) - set(before)):
+        (run_dir / name).unlink(missing_ok=True)
+    for top, _, _ in sorted(os.walk(run_dir), key=lambda t: -len(Path(t[0]).parts)):
+        if Path(top) not in dirs:
+            with contextlib.suppress(OSError):
+                Path(top).rmdir()
+
+
 _TRAIN_DOC = """
 
     Args:
@@ -557,7 +636,8 @@ def train_verb(
 ) -> Callable[..., dict[str, Any]]:
     """The ``train`` function of a recipe module: the run folder's lock, :func:`start_run` (guards,
     config checks, the model's memory, ``load_data`` before anything is written) and then
-    ``fit_recipe(run)``.
+    ``fit_recipe(run)``; a ``--resume`` that fails before it saved a checkpoint leaves the folder as it
+    was (:func:`restored_on_failure`).
 
     Args:
         fit_recipe: builds the model and trains it (usually through :func:`fit_run`).
@@ -577,17 +657,21 @@ def train_verb(
         overrides: list[str] | None = None,
         force: bool = False,
     ) -> dict[str, Any]:
-        run = start_run(
-            cfg,
-            run_dir,
-            resume=resume,
-            command=command,
-            overrides=overrides,
-            force=force,
-            load_data=load_data,
-            build=build,
+        guard = (
+            restored_on_failure(run_dir) if resume and distributed.world().main else contextlib.nullcontext()
         )
-        return fit_recipe(run)
+        with guard:
+            run = start_run(
+                cfg,
+                run_dir,
+                resume=resume,
+                command=command,
+                overrides=overrides,
+                force=force,
+                load_data=load_data,
+                build=build,
+            )
+            return fit_recipe(run)
 
     train.__doc__ = (doc or fit_recipe.__doc__ or "").rstrip() + _TRAIN_DOC
     train.__module__ = fit_recipe.__module__

@@ -9,6 +9,7 @@
 - :func:`locks_run_dir` / :func:`locks_eval_output`: decorators that wrap a recipe's ``train`` /
   ``evaluate`` in the lock (and, for ``evaluate``, the output rule).
 - :func:`remove_stale_temporaries`: the ``.<name>.*.tmp`` files that killed atomic writes leave behind.
+- :func:`check_writable`: a run folder can be written, tried before anything in it is changed.
 
 A folder *holds a run* when it has one of :data:`RUN_MARKERS`; the lock file itself is ignored.
 Locking is POSIX-only (``fcntl``); elsewhere :func:`run_lock` does not lock.
@@ -21,6 +22,7 @@ import functools
 import inspect
 import json
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ __all__ = [
     "RUN_MARKERS",
     "RunFolderError",
     "check_output_dir",
+    "check_writable",
     "folder_contents",
     "holds_lock",
     "locks_eval_output",
@@ -314,3 +317,45 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
                     p.unlink()
                 removed.append(p)
     return removed
+
+
+def check_writable(folder: Path, *, appended: tuple[str, ...] = ("metrics.jsonl",), doing: str) -> None:
+    """Refuse to start writing into ``folder`` when a write would fail part-way: ``folder`` and every
+    folder below it must take a new file (one is created and removed in each: the real test, which
+    also holds for root, read-only mounts and immutable folders, unlike permission bits), and the files
+    ``appended`` (written in place, e.g. the training log) must open for writing. Call it holding the
+    folder's lock, before anything in it is changed.
+
+    Args:
+        appended: files (relative to ``folder``) that are extended in place rather than replaced.
+        doing: what the caller was about to do, for the message (e.g. ``"--resume"``).
+
+    Raises:
+        RunFolderError: naming the folder or file that cannot be written and the reason; nothing was
+            changed.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    folders = [Path(top) for top, _, _ in os.walk(folder)]  # symbolic links are not followed
+    for sub in folders:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".write-probe.", suffix=".tmp", dir=sub)
+        except OSError as err:
+            raise RunFolderError(
+                f"run_dir: cannot {doing} {folder}: cannot write into {sub} ({err.strerror or err}); "
+                "nothing was changed"
+            ) from None
+        os.close(fd)
+        os.unlink(probe)
+    for name in appended:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as err:
+            raise RunFolderError(
+                f"run_dir: cannot {doing} {folder}: cannot write {path} ({err.strerror or err}); "
+                "nothing was changed"
+            ) from None
