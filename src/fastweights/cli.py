@@ -224,6 +224,11 @@ def _add_recipe(
         "± 95%% CI over seeds and paired differences against the first variant, e.g. 0,1,2",
     )
     co.add_argument("--run-root", type=Path, default=None, help=f"default runs/{name}-compare-<preset>")
+    _add_force(
+        co,
+        "overwrite comparison.md/.json/*.png in --run-root that an earlier compare did not write "
+        "(e.g. your own file of that name, or one edited since)",
+    )
     co.add_argument("overrides", nargs="*", help="key=value overrides applied to every model's run")
     return verbs
 
@@ -269,7 +274,15 @@ def _run_recipe(args: argparse.Namespace) -> None:
         vary = cmp.parse_vary(args.vary) if args.vary is not None else None
         seeds = parse_seeds(args.seeds) if args.seeds is not None else None
         res = cmp.compare(
-            args.recipe, path, models, root, args.overrides, command=command_line(), vary=vary, seeds=seeds
+            args.recipe,
+            path,
+            models,
+            root,
+            args.overrides,
+            command=command_line(),
+            vary=vary,
+            seeds=seeds,
+            force=args.force,
         )
         print(res["markdown"])
         print(f"comparison: {root / 'comparison.md'}")

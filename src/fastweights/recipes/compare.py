@@ -34,6 +34,7 @@ from fastweights.recipes.contract import eval_command, get_recipe
 from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table
 from fastweights.train.checkpoint import CheckpointManager
+from fastweights.train.run_folder import OutputClaims, run_lock
 
 __all__ = [
     "compare",
@@ -275,6 +276,7 @@ def compare(
     command: str | None = None,
     vary: tuple[str, list[str]] | None = None,
     seeds: list[int] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Train (or resume) and evaluate ``preset`` once per sequence layer in ``models`` or once per value of
     ``vary = (key, values)``.
@@ -282,7 +284,10 @@ def compare(
     Runs go to ``run_root/<label>`` (see :func:`variants`); an existing finished run is resumed (nothing
     retrained) and re-evaluated. ``eval.*`` overrides also apply to the evaluation of runs that already
     existed; a run whose ``results.json`` is still current (:func:`earlier_evaluation`) is not evaluated
-    again. Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s).
+    again. Writes ``run_root/comparison.json``, ``comparison.md`` and the recipe's plot(s)
+    (``comparison*.png``), holding the lock of ``run_root``: files it wrote before are replaced, any other
+    file of those names (the user's own, or one edited since) is refused before anything is trained
+    (:class:`~fastweights.train.run_folder.OutputClaims`), unless ``force``.
 
     With ``seeds``, every variant is trained once per seed (``train.seed=<seed>``) into
     ``run_root/<label>/seed<seed>``; the table lists every run (``<label> seed <seed>``), and
@@ -299,6 +304,8 @@ def compare(
 
     Raises:
         ValueError: for an unknown recipe, model name or config key, or a bad value.
+        RunFolderError: if ``run_root`` holds a ``comparison*`` file that compare did not write (without
+            ``force``), or another process holds ``run_root``.
     """
     module = get_recipe(recipe)
     runs = [
@@ -323,6 +330,27 @@ def compare(
         given = {label: list(overrides or []) for label, _ in runs}
     configs = {label: load_config(module.CONFIG, preset, [*given[label], *o]) for label, o in runs}
     run_root = Path(run_root)
+    claims = OutputClaims(run_root, f"{recipe} compare")
+    with run_lock(run_root):
+        fixed = ["comparison.json", "comparison.md", *(["comparison_seeds.png"] if seeds is not None else [])]
+        plots = sorted(p.name for p in run_root.glob("comparison*.png") if p.name not in fixed)
+        claims.check([*fixed, *plots], force=force)  # before anything is trained
+        return _compare_runs(module, recipe, configs, given, run_root, claims, command, seeds, force)
+
+
+def _compare_runs(
+    module: Any,
+    recipe: str,
+    configs: dict[str, Any],
+    given: dict[str, list[str]],
+    run_root: Path,
+    claims: OutputClaims,
+    command: str | None,
+    seeds: list[int] | None,
+    force: bool,
+) -> dict[str, Any]:
+    """The body of :func:`compare` under the lock of ``run_root``: every run trained (or resumed) and
+    evaluated, then the table and plots written through ``claims``."""
     results = {}
     for label, cfg in configs.items():
         eval_overrides = [o for o in given[label] if o.startswith("eval.")]
@@ -346,19 +374,22 @@ def compare(
         summary = summarize_seeds(by_variant)
         out["seeds"] = summary
         lines = [*seed_markdown(summary), "", "Every run:", "", *lines]
-        plot_bars(
-            {
-                k: {m: (e["mean"], 0.0 if math.isnan(e["ci95"]) else e["ci95"]) for m, e in v.items()}
-                for k, v in summary["variants"].items()
-            },
-            run_root / "comparison_seeds.png",
-            ylabel="mean over training seeds",
-            title=f"{recipe}: mean ± 95% CI over seeds {', '.join(map(str, seeds))}",
-        )
     markdown = "\n".join(lines)
-    atomic_write_json(run_root / "comparison.json", out)
-    atomic_write_text(run_root / "comparison.md", markdown + "\n")
-    module.plot_comparison(shown, run_root)
+    with claims.staging() as stage:  # written aside, then moved into run_root only if nothing is in the way
+        if seeds is not None:
+            plot_bars(
+                {
+                    k: {m: (e["mean"], 0.0 if math.isnan(e["ci95"]) else e["ci95"]) for m, e in v.items()}
+                    for k, v in out["seeds"]["variants"].items()
+                },
+                stage / "comparison_seeds.png",
+                ylabel="mean over training seeds",
+                title=f"{recipe}: mean ± 95% CI over seeds {', '.join(map(str, seeds))}",
+            )
+        atomic_write_json(stage / "comparison.json", out)
+        atomic_write_text(stage / "comparison.md", markdown + "\n")
+        module.plot_comparison(shown, stage)
+        claims.publish(stage, force=force)
     return {
         "rows": rows,
         "results": results,

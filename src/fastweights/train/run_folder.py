@@ -10,6 +10,9 @@
   ``evaluate`` in the lock (and, for ``evaluate``, the output rule).
 - :func:`remove_stale_temporaries`: the ``.<name>.*.tmp`` files that killed atomic writes leave behind.
 - :func:`check_writable`: a run folder can be written, tried before anything in it is changed.
+- :class:`OutputClaims`: the files a command (``compare``) wrote into a folder the user may share with
+  it, recorded by content, so that it replaces only its own files (never a file the user put there
+  or edited since) unless ``--force``.
 
 A folder *holds a run* when it has one of :data:`RUN_MARKERS`; the lock file itself is ignored.
 Locking is POSIX-only (``fcntl``); elsewhere :func:`run_lock` does not lock.
@@ -19,9 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import json
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -29,13 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from fastweights.io import atomic_write_json
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "CLAIMS_NAME",
     "LOCK_NAME",
+    "OutputClaims",
     "RUN_MARKERS",
     "RunFolderError",
     "check_output_dir",
@@ -359,3 +368,122 @@ def check_writable(folder: Path, *, appended: tuple[str, ...] = ("metrics.jsonl"
                 f"run_dir: cannot {doing} {folder}: cannot write {path} ({err.strerror or err}); "
                 "nothing was changed"
             ) from None
+
+
+#: the record of :class:`OutputClaims` in the folder it covers
+CLAIMS_NAME = ".fastweights-outputs.json"
+_STAGING_PREFIX = ".fastweights-staging-"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class OutputClaims:
+    """The output files a command wrote into ``folder``, recorded by content (SHA-256) in
+    ``folder/.fastweights-outputs.json``: the command may replace a file it wrote (and nobody changed
+    since), never a file the user put there or edited, unless it is told to (``--force``).
+
+    Outputs are written into a staging folder first (:meth:`staging`) and moved into ``folder`` by
+    :meth:`publish`, which checks every name before it moves any, so a refusal changes nothing. Use it
+    holding ``run_lock(folder)``.
+
+    Args:
+        folder: the output folder (it need not exist yet).
+        command: the command, for messages (e.g. ``"compare"``).
+    """
+
+    def __init__(self, folder: Path, command: str) -> None:
+        self.folder = Path(folder)
+        self.command = command
+
+    @property
+    def record_path(self) -> Path:
+        """The record file."""
+        return self.folder / CLAIMS_NAME
+
+    def _read(self) -> dict[str, list[str]]:
+        try:
+            files = json.loads(self.record_path.read_text(encoding="utf-8"))["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}  # missing or damaged: nothing is claimed
+        if not isinstance(files, dict):
+            return {}
+        return {k: [h for h in v if isinstance(h, str)] for k, v in files.items() if isinstance(v, list)}
+
+    def _write(self, files: dict[str, list[str]]) -> None:
+        atomic_write_json(self.record_path, {"written_by": f"fastweights {self.command}", "files": files})
+
+    def unclaimed(self, names: list[str]) -> list[str]:
+        """The ``names`` (paths relative to the folder) that exist but are not files this command wrote
+        as they are now: another file, or its file changed since."""
+        record = self._read()
+        out = []
+        for name in names:
+            path = self.folder / name
+            if not (path.exists() or path.is_symlink()):
+                continue  # nothing in the way
+            if path.is_symlink() or not path.is_file() or _sha256(path) not in record.get(name, []):
+                out.append(name)
+        return out
+
+    def check(self, names: list[str], *, force: bool) -> None:
+        """Refuse (unless ``force``) when one of ``names`` holds a file this command did not write.
+
+        Raises:
+            RunFolderError: naming the first such file, the others' count and ``--force``.
+        """
+        if force:
+            return
+        refused = self.unclaimed(names)
+        if refused:
+            more = f" (and {len(refused) - 1} more: {', '.join(refused[1:4])})" if len(refused) > 1 else ""
+            raise RunFolderError(
+                f"{self.folder / refused[0]}: not written by `{self.command}` (another file, or changed "
+                f"since it was written){more}; `{self.command}` would replace it: move it away, or pass "
+                "--force to overwrite it"
+            )
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[Path]:
+        """A new staging folder inside ``folder`` (removed on exit) to write the outputs into, for
+        :meth:`publish`; staging folders of killed commands are removed first."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for old in self.folder.glob(_STAGING_PREFIX + "*"):
+            shutil.rmtree(old, ignore_errors=True)
+        path = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=self.folder))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def publish(self, staged: Path, *, force: bool) -> list[Path]:
+        """Move every file of the staging folder ``staged`` to the same place in ``folder`` and record
+        it as this command's; returns the paths written.
+
+        Every name is checked first (:meth:`check`), so a refusal moves nothing. The record accepts both
+        the old and the new content while the files are moved (a kill in between leaves files that are
+        all still claimed).
+
+        Raises:
+            RunFolderError: a file the command did not write is in the way (without ``force``).
+            OSError: naming the file, when moving fails.
+        """
+        staged = Path(staged)
+        names = sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file())
+        self.check(names, force=force)
+        new = {name: _sha256(staged / name) for name in names}
+        record = self._read()
+        self._write({**record, **{n: sorted({*record.get(n, []), h}) for n, h in new.items()}})
+        out = []
+        for name in names:
+            dest = self.folder / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged / name, dest)
+            out.append(dest)
+        self._write({**record, **{n: [h] for n, h in new.items()}})
+        return out

@@ -10,6 +10,7 @@ evaluations in ``acl/<name>.json`` (reused by a later compare into the same fold
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -28,7 +29,13 @@ from fastweights.recipes.cl_baselines.report import (
 )
 from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table, pm
-from fastweights.train.run_folder import check_output_dir, folder_contents, run_lock
+from fastweights.train.run_folder import (
+    CLAIMS_NAME,
+    OutputClaims,
+    check_output_dir,
+    folder_contents,
+    run_lock,
+)
 
 __all__ = [
     "compare",
@@ -267,7 +274,7 @@ def _earlier_comparison(out_dir: Path, run_dir: Path) -> bool:
         recorded = json.loads((out_dir / "comparison.json").read_text())["run_dir"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    known = {"comparison.json", "comparison.md", "plots", "acl"}
+    known = {"comparison.json", "comparison.md", "plots", "acl", CLAIMS_NAME}
     return set(others) <= known and Path(recorded).resolve() == run_dir.resolve()
 
 
@@ -333,9 +340,15 @@ def compare(
     """Write the comparison of the baselines in ``run_dir`` and the ACL models ``acl_dirs`` into
     ``out_dir``; returns ``{"markdown", "tables"}``.
 
+    ``out_dir`` must be new or empty or hold an earlier comparison of ``run_dir``; the files compare
+    writes there replace only files it wrote before (:class:`~fastweights.train.run_folder.OutputClaims`:
+    not a ``comparison.md`` of the user's, or one edited since), unless ``force``.
+
     Raises:
-        FileNotFoundError / ValueError: a folder that is not what it should be (naming it).
-        RunFolderError: ``out_dir`` holds a run or other files (without ``force``) or is locked.
+        FileNotFoundError / ValueError: a folder that is not what it should be (naming it), or a damaged
+            ``results.json`` (naming it).
+        RunFolderError: ``out_dir`` holds a run or other files, or a file in the way that compare did not
+            write (without ``force``), or is locked.
     """
     baselines = _baseline_results(Path(run_dir))
     cfg = baselines["config"]
@@ -343,13 +356,18 @@ def compare(
     names = acl_names(acl_dirs)
     for a in acl_dirs:  # bad input fails before anything is written
         _check_acl_dir(Path(a))
-    with run_lock(out_dir):
+    claims = OutputClaims(out_dir, "cl-baselines compare")
+    plots = [f"plots/compare_{v.replace('-', '_')}.png" for v in cfg["scenarios"]]
+    with run_lock(out_dir), contextlib.ExitStack() as stack:
         if not _earlier_comparison(out_dir, Path(run_dir)):
             check_output_dir(out_dir, source=Path(run_dir), force=force, purpose="eval")
+        claims.check(["comparison.json", "comparison.md", *plots], force=force)  # before anything is written
         # claim the folder first, so a compare killed while evaluating can be run again into it
-        atomic_write_json(
-            out_dir / "comparison.json", {"run_dir": str(run_dir), "acl": names, "tables": None}
-        )
+        with claims.staging() as stage:
+            atomic_write_json(
+                stage / "comparison.json", {"run_dir": str(run_dir), "acl": names, "tables": None}
+            )
+            claims.publish(stage, force=force)
         acl_models = {
             n: acl_split_results(Path(a), cfg, out_dir / "acl" / f"{n}.json")
             for n, a in zip(names, acl_dirs, strict=True)
@@ -365,6 +383,7 @@ def compare(
             "",
         ]
         tables = {}
+        stage = stack.enter_context(claims.staging())  # written aside, then moved into out_dir
         for variant in cfg["scenarios"]:
             header, rows = comparison_rows(variant, baselines, acl_models)
             rows = seed_rows(variant, baselines, acl_models) + rows
@@ -372,7 +391,7 @@ def compare(
             title = VARIANT_TITLES.get(variant, variant)
             lines += [f"## {title}", "", *md_table(header, rows), ""]
             name = f"compare_{variant.replace('-', '_')}.png"
-            plot_bars(_bars(header, rows), out_dir / "plots" / name, ylabel="ACC (%)", title=title)
+            plot_bars(_bars(header, rows), stage / "plots" / name, ylabel="ACC (%)", title=title)
             lines += [f"![{title}](plots/{name})", ""]
             p_header, p_rows = paired_rows(variant, baselines, acl_models)
             tables[variant]["paired"] = {"header": p_header, "rows": p_rows}
@@ -387,8 +406,9 @@ def compare(
                 ]
             lines += reference_block(variant)
         markdown = "\n".join(lines)
-        atomic_write_text(out_dir / "comparison.md", markdown)
+        atomic_write_text(stage / "comparison.md", markdown)
         atomic_write_json(
-            out_dir / "comparison.json", {"run_dir": str(run_dir), "acl": names, "tables": tables}
+            stage / "comparison.json", {"run_dir": str(run_dir), "acl": names, "tables": tables}
         )
+        claims.publish(stage, force=force)
     return {"markdown": markdown, "tables": tables}
