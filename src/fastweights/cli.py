@@ -65,7 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     cu.add_argument("run_dirs", type=Path, nargs="+")
     cu.add_argument("--out", type=Path, required=True, help="output PNG")
     cu.add_argument("--labels", default=None, help="comma-separated legend labels (default: folder names)")
-    cu.add_argument("--key", default="val_acc", help="metrics.jsonl field to plot (default val_acc = A|A)")
+    cu.add_argument(
+        "--key",
+        default="val_objective",
+        help="metrics.jsonl field to plot (default val_objective: the best checkpoint's selection metric)",
+    )
     cu.add_argument("--x", choices=["minutes", "step"], default="minutes", help="x axis")
     ge = verbs["lm"].add_parser(
         "generate", help="continue a prompt with a trained model (prefill + cached decode)"

@@ -43,7 +43,10 @@ def test_cli_train_then_eval_writes_run_folder(recipe, tmp_path, data_cache):
     assert all(0.0 <= r["val_acc"] <= 1.0 and r["train_loss"] > 0 for r in records)
     assert main([recipe, "eval", str(run), "eval.episodes=6"]) == 0
     results = json.loads((run / "results.json").read_text())
-    assert (run / "report.md").exists()
+    assert (run / "report.md").exists() and (run / "report.html").exists()
+    # every report plots the selection metric (val_acc) with the evaluated checkpoint starred
+    assert (run / "plots" / "learning_curve.png").exists()
+    assert f"(best, step {results['run']['steps']})" in (run / "report.md").read_text()
     if recipe == "fewshot":
         fs = results["fewshot"]
         assert fs["episodes"] == 6 and len(fs["run_accuracies"]) == 2 and 0 <= fs["accuracy"] <= 1
@@ -55,7 +58,9 @@ def test_cli_train_then_eval_writes_run_folder(recipe, tmp_path, data_cache):
             assert len(res["by_position"]) == 2 * 5 * 4 and len(res["per_task"]) == 2
             assert [len(occ) for occ in res["by_occurrence"]] == [4, 4]  # occurrences 1..K, as a list
         assert len(list((run / "plots").glob("occurrence_*.png"))) == 2
-        # the report and the comparison table read results back from JSON unchanged
+        # the report and the comparison table read results back from JSON (and the training log) unchanged
+        (tmp_path / "again").mkdir()
+        (tmp_path / "again" / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text())
         sequential.write_report(results, tmp_path / "again")
         assert (tmp_path / "again" / "report.md").read_text() == (run / "report.md").read_text()
         header, rows = sequential.comparison_table({"srwm": results})

@@ -1,6 +1,9 @@
 """The report plots every recipe uses, each written atomically as a PNG: the accuracy-matrix heatmap
-(one matrix, or several side by side), learning curves and the grouped bars of the recipes'
-comparisons. Inputs are fractions in [0, 1] (shown in percent where the axis says so). The ACL report's
+(one matrix, or several side by side; cells above the diagonal hatched, below-chance cells outlined,
+long task names as ``T1..Tn`` with a legend), learning curves (the checkpoint selection metric
+emphasised, the selected checkpoint starred) and the grouped bars of the recipes' comparisons, with
+chance drawn where it is given. Inputs are fractions in [0, 1] (shown in percent where the axis says
+so). The ACL report's
 own plots (in-context forgetting bars, accuracy vs number of tasks) are in
 :mod:`fastweights.recipes.acl.plots`.
 
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fastweights.io import PathLike, atomic_save_figure
+from fastweights.recipes.matrix_notes import below_chance_cells, readable_name, short_task_labels
 from fastweights.recipes.reporting import as_matrix, task_labels
 
 __all__ = [
@@ -31,11 +35,12 @@ __all__ = [
 ]
 
 
-def new_figure(*, figsize: tuple[float, float]) -> Any:
-    """A matplotlib ``Figure`` of ``figsize`` inches (width, height), not tied to pyplot."""
+def new_figure(*, figsize: tuple[float, float], layout: str | None = None) -> Any:
+    """A matplotlib ``Figure`` of ``figsize`` inches (width, height), not tied to pyplot; ``layout``
+    as matplotlib's (e.g. ``"constrained"``: axes, labels and outside legends fitted at draw time)."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=figsize)
+    return Figure(figsize=figsize, layout=layout)
 
 
 def integer_ticks(axis: Any) -> None:
@@ -46,9 +51,23 @@ def integer_ticks(axis: Any) -> None:
 
 
 def plot_accuracy_matrix(
-    R: Any, task_names: Sequence[str] | None, path: PathLike, title: str = "accuracy matrix"
+    R: Any,
+    task_names: Sequence[str] | None,
+    path: PathLike,
+    title: str = "accuracy matrix",
+    *,
+    chance: float | None = None,
+    flag_unseen: bool = False,
 ) -> Path:
     """Heatmap of an accuracy matrix with the percentage written in every cell.
+
+    Drawn: the matrix (colour = accuracy in %, colour bar beside it), the cells above the diagonal
+    (tasks not learned yet) washed out and hatched, the cells below ``chance`` outlined in red
+    (:func:`~fastweights.recipes.matrix_notes.below_chance_cells`) and chance as a red line on the
+    colour bar. Task names longer than a few characters (e.g. Split-Emoji's class names) label the axes
+    as ``T1..Tn`` with a legend of the names under the matrix
+    (:func:`~fastweights.recipes.matrix_notes.short_task_labels`), so the matrix keeps most of the
+    figure.
 
     Args:
         R: ``[T, T]`` fractions (nested lists or array); ``R[i, j]`` = accuracy on task ``j`` after
@@ -56,6 +75,9 @@ def plot_accuracy_matrix(
         task_names: ``T`` labels (e.g. ``"0/1"``); ``None`` → ``"1".."T"``.
         path: output PNG (parent folders created; written atomically).
         title: figure title.
+        chance: chance accuracy as a fraction (``1 / #classes`` of the scenario); None → not drawn.
+        flag_unseen: also outline below-chance cells above the diagonal (domain-incremental tasks share
+            their labels, so chance applies before a task is learned).
 
     Returns:
         ``Path(path)``.
@@ -66,25 +88,87 @@ def plot_accuracy_matrix(
     arr = as_matrix(R)
     T = arr.shape[0]
     names = task_labels(task_names, T)
-    size = max(3.5, 0.75 * T + 2.0)
-    fig = new_figure(figsize=(size + 1.0, size))
+    labels = short_task_labels(names)
+    legend_names = names if labels != names else None
+    flagged = below_chance_cells(arr, chance, include_unseen=flag_unseen)
+    side = max(3.0, 0.7 * T + 1.6)
+    legend_lines = (T if legend_names else 0) + (T > 1) + (chance is not None)
+    fig = new_figure(figsize=(side + 1.5, side + 0.2 * legend_lines + 0.3), layout="constrained")
     ax = fig.subplots()
-    im = _draw_matrix(ax, arr, names, title, fontsize=9)
-    fig.colorbar(im, ax=ax, label="accuracy (%)", fraction=0.046, pad=0.04)
+    im = _draw_matrix(ax, arr, labels, title, fontsize=9, flagged=flagged)
+    cbar = fig.colorbar(im, ax=ax, label="accuracy (%)", fraction=0.046, pad=0.04)
+    if chance is not None:
+        cbar.ax.axhline(100.0 * float(chance), color="red", linewidth=2.0)
+    _matrix_legend(fig, T, chance, labels, legend_names, colorbar=True)
     return atomic_save_figure(fig, path)
 
 
-def _draw_matrix(ax: Any, arr: np.ndarray, names: list[str], title: str, *, fontsize: int) -> Any:
-    """One accuracy-matrix heatmap (percent in every measured cell) on ``ax``; returns the image."""
+def _matrix_legend(
+    fig: Any,
+    T: int,
+    chance: float | None,
+    labels: Sequence[str],
+    names: Sequence[str] | None,
+    *,
+    colorbar: bool,
+) -> None:
+    """The legend under the matrices: the hatched cells, chance and the red outline (and the red line on
+    the colour bar, ``colorbar``), and (``names`` given) what each short task label stands for."""
+    from matplotlib.patches import Patch
+
+    handles = []
+    if T > 1:
+        handles.append(
+            Patch(label="not learned yet (above the diagonal)", **{**_UNSEEN_STYLE, "facecolor": "0.85"})
+        )
+    if chance is not None:
+        handles.append(
+            Patch(
+                fill=False,
+                edgecolor="red",
+                linewidth=2.0,
+                label=f"below chance ({100.0 * float(chance):.1f} %"
+                + (", red line on the colour bar)" if colorbar else ")"),
+            )
+        )
+    for label, name in zip(labels, names or [], strict=False):
+        handles.append(Patch(visible=False, label=f"{label}: {readable_name(name)}"))
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", fontsize=8, frameon=False, handlelength=1.6)
+
+
+_UNSEEN_STYLE = {"facecolor": (1.0, 1.0, 1.0, 0.45), "edgecolor": "0.3", "hatch": "//", "linewidth": 0.0}
+
+
+def _draw_matrix(
+    ax: Any,
+    arr: np.ndarray,
+    names: list[str],
+    title: str,
+    *,
+    fontsize: int,
+    flagged: Sequence[tuple[int, int]] = (),
+) -> Any:
+    """One accuracy-matrix heatmap on ``ax`` (percent in every measured cell; the cells above the
+    diagonal washed out and hatched; ``flagged`` cells outlined in red); returns the image."""
+    from matplotlib.patches import Rectangle
+
     T = arr.shape[0]
     pct = 100.0 * arr
     im = ax.imshow(np.ma.masked_invalid(pct), vmin=0.0, vmax=100.0, cmap="viridis")
+    marked = set(flagged)
     for i in range(T):
         for j in range(T):
+            if j > i:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1.0, 1.0, zorder=2, **_UNSEEN_STYLE))
+            if (i, j) in marked:
+                ax.add_patch(
+                    Rectangle((j - 0.42, i - 0.42), 0.84, 0.84, fill=False, edgecolor="red", lw=2.0, zorder=3)
+                )
             v = pct[i, j]
             if math.isfinite(v):
-                color = "black" if v > 60.0 else "white"
-                ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=fontsize, color=color)
+                color = "black" if v > 60.0 or j > i else "white"
+                ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=fontsize, color=color, zorder=4)
     ax.set_xticks(range(T), names)
     ax.set_yticks(range(T), [f"after {n}" for n in names])
     ax.set_xlabel("evaluated on task j")
@@ -94,10 +178,18 @@ def _draw_matrix(ax: Any, arr: np.ndarray, names: list[str], title: str, *, font
 
 
 def plot_accuracy_matrices(
-    matrices: Mapping[str, Any], path: PathLike, *, title: str, task_names: Sequence[str] | None = None
+    matrices: Mapping[str, Any],
+    path: PathLike,
+    *,
+    title: str,
+    task_names: Sequence[str] | None = None,
+    chance: float | None = None,
+    flag_unseen: bool = False,
 ) -> Path:
     """Small multiples: one accuracy-matrix heatmap per entry of ``matrices`` (name → ``[T, T]``
-    fractions, all the same ``T``; NaN/None cells blank), 4 per row, into the PNG ``path``.
+    fractions, all the same ``T``; NaN/None cells blank), 4 per row, into the PNG ``path``; cells above
+    the diagonal hatched, cells below ``chance`` outlined in red (as :func:`plot_accuracy_matrix`), long
+    task names shortened to ``T1..Tn`` with a legend.
 
     Raises:
         ValueError: for no matrices, a malformed one, matrices of different sizes or a wrong number of
@@ -109,17 +201,22 @@ def plot_accuracy_matrices(
         raise ValueError(f"matrices: expected one size [T, T] for all, given sizes {sorted(sizes)}")
     T = sizes.pop()
     names = task_labels(task_names, T)
+    labels = short_task_labels(names)
     cols = min(4, len(arrs))
     rows = -(-len(arrs) // cols)
     cell = max(2.6, 0.6 * T + 1.4)
-    fig = new_figure(figsize=(cols * cell + 0.8, rows * cell + 0.6))
+    legend_lines = (T if labels != names else 0) + 2
+    fig = new_figure(
+        figsize=(cols * cell + 0.8, rows * cell + 0.8 + 0.2 * legend_lines), layout="constrained"
+    )
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).reshape(-1)
     for ax, (name, arr) in zip(axes, arrs.items(), strict=False):
-        _draw_matrix(ax, arr, names, name, fontsize=7)
+        flagged = below_chance_cells(arr, chance, include_unseen=flag_unseen)
+        _draw_matrix(ax, arr, labels, name, fontsize=7, flagged=flagged)
     for ax in axes[len(arrs) :]:
         ax.set_axis_off()
     fig.suptitle(title)
-    fig.tight_layout()
+    _matrix_legend(fig, T, chance, labels, names if labels != names else None, colorbar=False)
     return atomic_save_figure(fig, path)
 
 
@@ -131,6 +228,9 @@ def plot_learning_curves(
     ylabel: str = "validation accuracy",
     chance: float | None = None,
     title: str | None = None,
+    selected: str | None = None,
+    mark: tuple[float, float, str] | None = None,
+    chance_label: str = "chance",
 ) -> Path:
     """One line per variant, e.g. validation accuracy vs wall-clock minutes.
 
@@ -141,6 +241,11 @@ def plot_learning_curves(
         xlabel, ylabel: axis labels (units in the label).
         chance: y value of a dashed chance line (same units as ``y``); None → no line.
         title: figure title; None → ``f"{ylabel} vs {xlabel}"``.
+        selected: the name of the curve the checkpoint was selected on: drawn thick and black above the
+            others (which are drawn thinner).
+        mark: ``(x, y, label)`` of a point to mark with a star and a dotted vertical line (e.g. the
+            selected checkpoint), labelled in the legend.
+        chance_label: the legend label of the chance line.
 
     Returns:
         ``Path(path)``.
@@ -148,7 +253,7 @@ def plot_learning_curves(
     Raises:
         ValueError: if no variant has a finite point, or a point is not an ``(x, y)`` pair.
     """
-    fig = new_figure(figsize=(6.4, 4.0))
+    fig = new_figure(figsize=(7.2, 4.4) if selected is not None else (6.4, 4.0))
     ax = fig.subplots()
     drawn = 0
     for name, pts in curves.items():
@@ -160,25 +265,48 @@ def plot_learning_curves(
         if len(arr) == 0:
             continue
         arr = arr[np.argsort(arr[:, 0], kind="stable")]
-        ax.plot(arr[:, 0], arr[:, 1], marker="o" if len(arr) < 30 else None, markersize=3, label=str(name))
+        style: dict[str, Any] = {"marker": "o" if len(arr) < 30 else None, "markersize": 3}
+        if selected is not None:
+            style = (
+                {**style, "color": "black", "linewidth": 2.4, "zorder": 5}
+                if name == selected
+                else {**style, "linewidth": 1.0, "markersize": 2, "alpha": 0.75}
+            )
+        ax.plot(arr[:, 0], arr[:, 1], label=str(name), **style)
         drawn += 1
     if drawn == 0:
         raise ValueError(f"curves: expected at least one variant with finite points, given {list(curves)}")
+    if mark is not None:
+        x, y, label = mark
+        ax.axvline(x, color="black", linestyle=":", linewidth=1.0)
+        ax.plot(
+            [x], [y], marker="*", markersize=14, color="gold", markeredgecolor="black", zorder=6, label=label
+        )
     if chance is not None:
-        ax.axhline(chance, color="gray", linestyle="--", linewidth=1.2, label="chance")
+        ax.axhline(chance, color="gray", linestyle="--", linewidth=1.2, label=chance_label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title if title is not None else f"{ylabel} vs {xlabel}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if selected is not None:  # many lines: the legend goes beside the plot
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        fig.set_layout_engine("constrained")
+    else:
+        ax.legend(fontsize=8)
     return atomic_save_figure(fig, path)
 
 
 def plot_bars(
-    values: Mapping[str, Mapping[str, tuple[float, float]]], path: PathLike, *, ylabel: str, title: str
+    values: Mapping[str, Mapping[str, tuple[float, float]]],
+    path: PathLike,
+    *,
+    ylabel: str,
+    title: str,
+    chance: float | None = None,
 ) -> Path:
     """Grouped bars with error bars: ``values[group][series] = (value, error)`` (one group per model),
-    into the PNG ``path`` (written atomically); returns ``path``."""
+    and a dashed line at ``chance`` (in the units of the values; None → none), into the PNG ``path``
+    (written atomically); returns ``path``."""
     many = len(values) > 6  # long label lists are rotated below the axis
     fig = new_figure(figsize=(max(5.0, (0.55 if many else 1.2) * len(values) + 2.0), 5.6 if many else 3.8))
     ax = fig.subplots()
@@ -189,6 +317,8 @@ def plot_bars(
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(groups))]
         v = [values[g].get(name, (math.nan, 0.0)) for g in groups]
         ax.bar(xs, [a for a, _ in v], width, yerr=[e for _, e in v], capsize=3, label=name, color=f"C{i}")
+    if chance is not None:
+        ax.axhline(chance, color="gray", linestyle="--", linewidth=1.2, label=f"chance ({chance:.3g})")
     if many:
         ax.set_xticks(range(len(groups)), groups, rotation=40, ha="right", fontsize=8)
     else:
@@ -196,7 +326,7 @@ def plot_bars(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    if len(series) > 1:
+    if len(series) > 1 or chance is not None:
         ax.legend(fontsize=8)
     if many:
         fig.subplots_adjust(bottom=0.38)

@@ -1,8 +1,9 @@
 """Report pieces every recipe uses: values of a results dict as the reports show them (fractions as
 percent strings, ``0.61 → '61.00'``, ``'61.00 ± 1.20'``; ``{"mean", ...}`` table entries; accuracy
 matrices ``R[i, j]`` = accuracy on task ``j`` after learning tasks ``0..i``, Irie et al. 2025, §4, and
-their task labels), Markdown tables (:func:`md_table`), the run header lines (:func:`run_header`) and
-:func:`save_evaluation` (``results.json`` + report + training-log copy). A malformed value raises a
+their task labels), Markdown tables (:func:`md_table`), the run header lines (:func:`run_header`),
+:func:`write_report_files` (``report.md`` + its one-page ``report.html``) and :func:`save_evaluation`
+(``results.json`` + report + training-log copy). A malformed value raises a
 one-line ValueError naming its key.
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "run_header",
     "save_evaluation",
     "task_labels",
+    "write_report_files",
 ]
 
 
@@ -119,6 +121,17 @@ def run_header(run: Mapping[str, Any], details: str = "") -> list[str]:
         f"- evaluated: the {run['checkpoint']} checkpoint (step {run['steps']}, "
         f"{run['train_minutes']:.1f} min of training), in {run.get('eval_minutes', 0.0):.2f} min{details}",
     ]
+
+
+def write_report_files(path: PathLike, text: str) -> Path:
+    """Write the Markdown report ``path`` (``report.md``) and, beside it, its one-page HTML version
+    (``report.html``: the same text with every linked plot embedded;
+    :func:`fastweights.recipes.html_report.write_html_report`), both atomically; returns ``Path(path)``."""
+    from fastweights.recipes.html_report import write_html_report
+
+    atomic_write_text(path, text)
+    write_html_report(path)
+    return Path(path)
 
 
 def save_evaluation(

@@ -78,6 +78,7 @@ def test_run_writes_every_cell_report_and_plots(finished):
     )
     text = (run_dir / "report.md").read_text()
     assert "Hsu" in text and "fine-tune (SGD)" in text and "Split-Digits ACC" in text
+    assert "not MNIST" in text and "Dashed lines: chance" in text and (run_dir / "report.html").is_file()
 
 
 def test_search_records_the_grid_and_picks_the_best_validation_point(finished):

@@ -36,11 +36,19 @@ def test_cli_train_eval_generate_export(corpus, tmp_path, capsys):
         main(["lm", "train", "--preset", "smoke", "--run-dir", str(run), f"data.path={corpus}", "--eval"])
         == 0
     )
-    for name in ("config.yaml", "command.txt", "metrics.jsonl", "checkpoints/best.pt", "report.md"):
+    for name in (
+        "config.yaml",
+        "command.txt",
+        "metrics.jsonl",
+        "checkpoints/best.pt",
+        "report.md",
+        "report.html",
+    ):
         assert (run / name).exists(), name
     assert any((run / "tensorboard").iterdir())
     for split in ("valid", "test"):
         assert (run / "plots" / f"loss_by_position_{split}.png").stat().st_size > 0
+    assert "the lowest `val_bpb` in the log" in (run / "report.md").read_text()  # the selection curve
     res = json.loads((run / "results.json").read_text())
     assert res["lm"]["seq_len"] == 32 and sorted(res["lm"]["splits"]) == ["test", "valid"]
     for cut in res["lm"]["splits"].values():

@@ -39,6 +39,7 @@ def test_train_and_eval_write_the_results_report_and_curves(tmp_path, capsys):
         assert all(0.0 <= g["normalised"] <= 1.0 for g in split["games"].values())
     assert r["frames"] == res["run"]["steps"] * 8 * 4
     assert (run / "plots" / "returns.png").exists() and (run / "tensorboard").is_dir()
+    assert (run / "plots" / "learning_curve.png").exists() and (run / "report.html").exists()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [rec["frames"] for rec in records] == [96, 192]
     assert all("val_score" in rec and "val_return/MiniGrid-LavaGapS5-v0" in rec for rec in records)
@@ -50,6 +51,7 @@ def test_train_and_eval_write_the_results_report_and_curves(tmp_path, capsys):
     assert all(g["episodes"] == 4 for g in rand["games"].values())
     assert "Random policy (uniform actions) on levels 1000–1007" in report
     assert report.startswith("# RL report: smoke (srwm)")
+    assert "the highest `val_score` in the log" in report  # the curve of the selection metric
     # results.json written before run.core existed (only run.sequence_layer) still gives the report
     old = {**res, "run": {k: v for k, v in res["run"].items() if k != "core"}}
     (tmp_path / "old").mkdir()

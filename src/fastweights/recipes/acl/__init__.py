@@ -311,15 +311,17 @@ def compare_curves(
     out: Path,
     *,
     labels: list[str] | None = None,
-    key: str = "val_acc",
+    key: str = SELECTION.metric,
     x: str = "minutes",
 ) -> Path:
-    """Plot ``key`` (default: meta-validation accuracy A|A) against ``x`` (``"minutes"`` of training
-    wall-clock time, validation included, or ``"step"``) for several run folders in one PNG (``out``).
+    """Plot ``key`` (default: ``val_objective``, the meta-validation metric the best checkpoint is
+    selected on; ``val_acc`` = accuracy on the first task right after learning it) against ``x``
+    (``"minutes"`` of training wall-clock time, validation included, or ``"step"``) for several run
+    folders in one PNG (``out``).
 
     Raises:
         FileNotFoundError: if a run folder has no ``metrics.jsonl``.
-        ValueError: if ``labels`` does not match ``run_dirs``.
+        ValueError: if ``labels`` does not match ``run_dirs``, or a run's log has no record of ``key``.
     """
     labels = labels or [Path(d).name for d in run_dirs]
     if x not in ("minutes", "step"):
@@ -332,9 +334,15 @@ def compare_curves(
         if not log_path.exists():
             raise FileNotFoundError(f"run_dirs: no {log_path}")
         curves[label] = [(r[x], r[key]) for r in read_jsonl(log_path) if key in r]
-    ylabel = "meta-validation accuracy A|A" if key == "val_acc" else key
+        if not curves[label]:
+            raise ValueError(f"--key: no record of {log_path} has {key!r} (an older log? try --key val_acc)")
+    names = {
+        "val_acc": "meta-validation accuracy, first task right after learning it",
+        SELECTION.metric: f"meta-validation {SELECTION.metric} (checkpoint selection metric)",
+    }
+    ylabel = names.get(key, key)
     xlabel = "training wall-clock minutes" if x == "minutes" else "training step"
-    return plot_learning_curves(curves, out, xlabel=xlabel, ylabel=ylabel, title=f"{ylabel} vs {xlabel}")
+    return plot_learning_curves(curves, out, xlabel=xlabel, ylabel=ylabel, title=f"{key} vs {xlabel}")
 
 
 def summary(results: dict[str, Any]) -> str:
@@ -402,7 +410,7 @@ def headline(results: dict[str, Any]) -> dict[str, Score]:
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
     """``run_root/comparison.png``: per run and ordered domain pair, acc(A|A), acc(B|A→B) and
-    acc(A|A→B) (± 95% CI)."""
+    acc(A|A→B) (± 95% CI), chance (1/n_way) dashed."""
     values = {}
     for name, res in results.items():
         rows = forgetting_rows(res)
@@ -422,6 +430,7 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
         Path(run_root) / "comparison.png",
         ylabel="accuracy (%)",
         title=f"in-context forgetting: {fs['n_way']}-way {fs['k_shot']}-shot, two tasks",
+        chance=100.0 / fs["n_way"],
     )
 
 

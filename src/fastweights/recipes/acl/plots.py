@@ -160,7 +160,8 @@ def plot_long_span(long_span: Mapping[str, Any], path: PathLike) -> Path:
     """Accuracy vs number of tasks of the long-span protocol (``results["long_span"]``): ACC ± std over
     runs against ``T`` beside the ACL paper's Split-Omniglot reference (another data set), and, when
     the summaries carry ``R``, a second panel with the final accuracy ``R[T-1, j]`` of every task ``j``,
-    one line per ``T``. Written atomically to ``path``; returns ``Path(path)``.
+    one line per ``T``; chance (``1/n_way``) dotted in both panels. Written atomically to ``path``;
+    returns ``Path(path)``.
 
     Raises:
         ValueError: as ``paper_tables.long_span_table`` for a malformed section.
@@ -199,6 +200,8 @@ def plot_long_span(long_span: Mapping[str, Any], path: PathLike) -> Path:
         for T, res in with_r:
             final = 100.0 * as_matrix(res["R"])[-1]
             ax.plot(range(1, T + 1), final, marker="o", markersize=3, label=f"T = {T}")
+        if n_way:
+            ax.axhline(100.0 / float(n_way), color="gray", linestyle=":", linewidth=1.0, label="chance")
         integer_ticks(ax.xaxis)
         ax.set_xlabel("task j")
         ax.set_ylabel("accuracy on task j after the last task (%)")

@@ -1,6 +1,6 @@
-"""The ACL run's report (:func:`write_report`: ``runs/<name>/plots/*.png`` and ``report.md``). The
-paper layouts it shows are in :mod:`fastweights.recipes.acl.paper_tables`, its plots in
-:mod:`fastweights.recipes.acl.plots` and :mod:`fastweights.recipes.plots`.
+"""The ACL run's report (:func:`write_report`: ``runs/<name>/plots/*.png``, ``report.md`` and its
+one-page ``report.html``). The paper layouts it shows are in :mod:`fastweights.recipes.acl.paper_tables`,
+its plots in :mod:`fastweights.recipes.acl.plots` and :mod:`fastweights.recipes.plots`.
 
 Input of :func:`write_report` is the ``results.json`` dict written by the ACL evaluation (all
 accuracies are fractions in [0, 1]; the report shows percentages)::
@@ -28,13 +28,12 @@ paper's Split-Omniglot numbers). Every top-level section is optional.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastweights.io import PathLike, atomic_write_text, read_jsonl
+from fastweights.io import PathLike
 from fastweights.recipes.acl.paper_tables import (
     FORGETTING_ORDERS,
     forgetting_rows,
@@ -43,8 +42,25 @@ from fastweights.recipes.acl.paper_tables import (
     split_table,
 )
 from fastweights.recipes.acl.plots import plot_forgetting, plot_forgetting_rows, plot_long_span
-from fastweights.recipes.plots import plot_accuracy_matrix, plot_learning_curves
-from fastweights.recipes.reporting import as_float, as_matrix, md_table, pct, pm, task_labels
+from fastweights.recipes.curves import learning_curve_section
+from fastweights.recipes.matrix_notes import (
+    below_chance_cells,
+    benchmark_notes,
+    matrix_cells,
+    matrix_notes,
+    short_task_labels,
+    unseen_flagged,
+)
+from fastweights.recipes.plots import plot_accuracy_matrix
+from fastweights.recipes.reporting import (
+    as_float,
+    as_matrix,
+    md_table,
+    pct,
+    pm,
+    task_labels,
+    write_report_files,
+)
 
 __all__ = ["write_report"]
 
@@ -54,17 +70,55 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "_", name.lower()).strip("_") or "unnamed"
 
 
-def _learning_curves_from_log(log: Path) -> dict[str, list[tuple[float, float]]]:
-    """Group ``metrics.jsonl`` records with numeric ``minutes`` and ``val_acc`` by ``variant``."""
-    curves: dict[str, list[tuple[float, float]]] = {}
-    for rec in read_jsonl(log):
-        m, a = rec.get("minutes"), rec.get("val_acc")
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (m, a)):
-            continue
-        if not (math.isfinite(m) and math.isfinite(a)):
-            continue
-        curves.setdefault(str(rec.get("variant", "this run")), []).append((float(m), float(a)))
-    return curves
+def _validation_chance(run_dir: Path, run: Mapping[str, Any]) -> float | None:
+    """Chance of the meta-validation accuracies from the run's ``config.yaml`` (in ``run_dir``, else in
+    ``run["run_dir"]``): ``1/n_way`` for domain-incremental tasks, ``1/(n_way * num_tasks)`` for
+    class-incremental ones; None when no config is found."""
+    import yaml
+
+    folders = [run_dir] + ([Path(str(run["run_dir"]))] if run.get("run_dir") else [])
+    path = next((f / "config.yaml" for f in folders if (f / "config.yaml").is_file()), None)
+    if path is None:
+        return None
+    try:
+        t = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("train") or {}
+        n_way = int(t["n_way"])
+        tasks = 1 if t.get("scenario", "domain") == "domain" else int(t.get("num_tasks", 2))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError):
+        return None
+    return 1.0 / (n_way * tasks) if n_way > 0 and tasks > 0 else None
+
+
+def _curve_label(key: str) -> str:
+    """Legend name of an ACL meta-validation metric (``val_task3|all`` → ``task 3 after all tasks``)."""
+    if key == "val_objective":
+        return "val_objective"
+    if key == "val_acc":
+        return "first task right after learning it (val_acc)"
+    m = re.fullmatch(r"val_task(\d+)\|all", key)
+    if m:
+        return f"task {m.group(1)} after all tasks"
+    return key.removeprefix("val_").replace("->", "→")
+
+
+def _section_learning_curve(run_dir: Path, results: Mapping[str, Any]) -> list[str]:
+    """The learning curve: the selection metric (``val_objective``; ``val_acc`` in logs without it)
+    and every other meta-validation accuracy, in percent, against the training step."""
+    run = results.get("run") or {}
+    chance = _validation_chance(run_dir, run)
+    return learning_curve_section(
+        run_dir,
+        run,
+        default_metric=("val_objective", "val_acc"),
+        others=lambda k: k.startswith("val_"),
+        labels=_curve_label,
+        scale=100.0,
+        unit=" %",
+        ylabel="meta-validation accuracy (%)",
+        chance=None if chance is None else 100.0 * chance,
+        chance_label=f"chance ({100.0 * chance:.0f} %)" if chance else "chance",
+        title="meta-validation during training",
+    )
 
 
 def _section_run(run: Mapping[str, Any]) -> list[str]:
@@ -174,6 +228,10 @@ def _section_split(name: str, res: Mapping[str, Any], plots: Path) -> tuple[list
     R = as_matrix(res["R"], name=f"results['split'][{name!r}]['R']")
     T = R.shape[0]
     names = task_labels(res.get("task_names"), T)
+    labels = short_task_labels(names)
+    scenario = str(res.get("scenario") or name.rsplit("/", 1)[-1])
+    chance = res.get("chance")
+    flagged = below_chance_cells(R, chance, include_unseen=unseen_flagged(scenario))
     lines = [f"### {name}", ""]
     info = [f"{T} tasks"]
     if res.get("k_shot") is not None:
@@ -181,8 +239,8 @@ def _section_split(name: str, res: Mapping[str, Any], plots: Path) -> tuple[list
     if res.get("runs") is not None:
         n = int(res["runs"])
         info.append(f"{n} runs (mean ± population std over runs)" if n > 1 else "1 run (no spread)")
-    if res.get("chance") is not None:
-        info.append(f"chance = {pct(res['chance'], 1)} %")
+    if chance is not None:
+        info.append(f"chance = {pct(chance, 1)} %")
     lines += ["; ".join(info) + ".", ""]
     rows = []
     for key, label in (
@@ -197,13 +255,18 @@ def _section_split(name: str, res: Mapping[str, Any], plots: Path) -> tuple[list
     if rows:
         lines += md_table(("metric", "value (%)"), rows) + [""]
     lines += ["Mean accuracy matrix (%), row i = after learning task i, column j = task j:", ""]
-    lines += md_table(
-        ["after \\ task", *names],
-        [[f"after {names[i]}", *(pct(R[i, j]) for j in range(T))] for i in range(T)],
-    )
+    lines += md_table(["after \\ task", *labels], matrix_cells(R, labels, flagged))
     lines.append("")
-    png = plot_accuracy_matrix(R, names, plots / f"accuracy_matrix_{_slug(name)}.png", title=name)
+    png = plot_accuracy_matrix(
+        R,
+        names,
+        plots / f"accuracy_matrix_{_slug(name)}.png",
+        title=name,
+        chance=None if chance is None else float(chance),
+        flag_unseen=unseen_flagged(scenario),
+    )
     lines += [f"![{name} accuracy matrix](plots/{png.name})", ""]
+    lines += matrix_notes(name, R, names, chance=chance, scenario=scenario)
     return lines, png
 
 
@@ -220,7 +283,9 @@ def _section_split_table(results: Mapping[str, Any]) -> list[str]:
         info += f" ({'/'.join(map(str, runs))} runs"
         info += f", {'/'.join(map(str, k_shot))} demonstrations per class)" if k_shot else ")"
     lines = ["Paper layout (ACL paper Table 3): " + info + "; — = not evaluated.", ""]
-    return lines + md_table(*split_table(results)) + [""]
+    lines += md_table(*split_table(results)) + [""]
+    notes = benchmark_notes(list(results["split"]))
+    return lines + ([" ".join(notes), ""] if notes else [])
 
 
 def _section_long_span(results: Mapping[str, Any], plots: Path) -> tuple[list[str], Path]:
@@ -282,15 +347,20 @@ def _section_mini(name: str, res: Mapping[str, Any]) -> list[str]:
 
 
 def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
-    """Write ``run_dir/plots/*.png`` and ``run_dir/report.md`` from an ACL ``results.json`` dict.
+    """Write ``run_dir/plots/*.png``, ``run_dir/report.md`` and its one-page ``report.html`` (plots
+    embedded) from an ACL ``results.json`` dict.
 
-    Plots: one accuracy-matrix heatmap per split benchmark (``accuracy_matrix_<slug>.png``), the
-    forgetting bars (``forgetting.png``) and, when ``run_dir/metrics.jsonl`` has records with numeric
-    ``minutes`` and ``val_acc`` keys, a learning curve (``learning_curve.png``; one line per
-    ``variant`` value when records carry one). The markdown lists run info, few-shot accuracy ± 95% CI,
-    the forgetting table, and per split benchmark ACC/BWT/forgetting ± std and the mean accuracy
-    matrix, all in percent with two decimals, and links the PNGs by relative path. Absent sections
-    are skipped. All files are written atomically.
+    Plots: one accuracy-matrix heatmap per split benchmark (``accuracy_matrix_<slug>.png``: long task
+    names as ``T1..Tn`` with a legend, cells above the diagonal hatched, below-chance cells outlined,
+    chance on the colour bar), the forgetting bars (``forgetting.png``, chance dashed) and, when
+    ``run_dir/metrics.jsonl`` has meta-validation records, a learning curve (``learning_curve.png``: the
+    checkpoint selection metric ``run.selected_on`` — ``val_objective``; ``val_acc`` in older logs —
+    thick, the evaluated checkpoint starred, the other meta-validation accuracies thin, chance from the
+    run's ``config.yaml``). The markdown lists run info, few-shot accuracy ± 95% CI, the forgetting
+    table, and per split benchmark ACC/BWT/forgetting ± std, the mean accuracy matrix (``(…)`` = task not
+    learned yet, ``↓`` = below chance), the task-label legend, what the cells above the diagonal mean
+    and the below-chance cells, all in percent with two decimals, and links the PNGs by relative path.
+    Absent sections are skipped. All files are written atomically.
 
     Args:
         results: the results dict (see module docstring).
@@ -331,24 +401,8 @@ def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
     for name, res in (results.get("mini") or {}).items():
         lines += _section_mini(name, res)
 
-    log = run_dir / "metrics.jsonl"
-    if log.is_file():
-        curves = _learning_curves_from_log(log)
-        if curves:
-            chance = None
-            fs = results.get("fewshot") or {}
-            if fs.get("n_way"):
-                chance = 1.0 / float(fs["n_way"])
-            png = plot_learning_curves(
-                curves,
-                plots / "learning_curve.png",
-                ylabel="meta-validation accuracy A|A (fraction)",
-                chance=chance,
-            )
-            lines += ["## Learning curve", "", f"![learning curve](plots/{png.name})", ""]
+    lines += _section_learning_curve(run_dir, results)
 
     if len(lines) == 2:
         lines += ["No results.", ""]
-    out = run_dir / "report.md"
-    atomic_write_text(out, "\n".join(lines))
-    return out
+    return write_report_files(run_dir / "report.md", "\n".join(lines))

@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from fastweights.io import PathLike, atomic_write_text
+from fastweights.io import PathLike
+from fastweights.recipes.cl_baselines.config import SCENARIO_VARIANTS
+from fastweights.recipes.matrix_notes import benchmark_notes, unseen_flagged
 from fastweights.recipes.plots import plot_accuracy_matrices, plot_bars, plot_learning_curves
-from fastweights.recipes.reporting import md_table, pm
+from fastweights.recipes.reporting import md_table, pm, write_report_files
 
 __all__ = [
     "HSU_2018",
@@ -26,6 +28,7 @@ __all__ = [
     "BUDGET_TITLES",
     "method_title",
     "seen_task_curve",
+    "variant_chance",
     "method_rows",
     "reference_block",
     "write_report",
@@ -91,6 +94,15 @@ def seen_task_curve(R: Any) -> list[float]:
     (the accuracy-vs-task curve of the continual-learning literature)."""
     arr = np.asarray(R, dtype=np.float64)
     return [float(arr[i, : i + 1].mean()) for i in range(arr.shape[0])]
+
+
+def variant_chance(variant: str) -> float | None:
+    """Chance accuracy of a scenario variant's single head: 1/2 (domain-incremental: the tasks share two
+    labels), 1/(2 × tasks) (class-incremental: every class of the sequence); None for an unknown one."""
+    if variant not in SCENARIO_VARIANTS:
+        return None
+    scenario, tasks = SCENARIO_VARIANTS[variant]
+    return 1.0 / (2 if scenario == "domain" else 2 * tasks)
 
 
 def _split_key(key: str) -> tuple[str, str, str]:
@@ -178,7 +190,11 @@ def _plots(results: Mapping[str, Any], plots: Path) -> list[str]:
             }
             name = f"acc_{_slug(variant)}_{budget}.png"
             title = f"{VARIANT_TITLES.get(variant, variant)}, {BUDGET_TITLES.get(budget, budget)}"
-            plot_bars(bars, plots / name, ylabel="ACC after the last task (%)", title=title)
+            chance = variant_chance(variant)
+            chance_pct = None if chance is None else 100.0 * chance
+            plot_bars(
+                bars, plots / name, ylabel="ACC after the last task (%)", title=title, chance=chance_pct
+            )
             lines += [f"![{title}](plots/{name})", ""]
             for k in keys:
                 curves = {
@@ -192,6 +208,8 @@ def _plots(results: Mapping[str, Any], plots: Path) -> list[str]:
                     {method_title(m): cells[k][m]["test"]["R"] for m in cells[k]},
                     plots / mname,
                     title=f"{_split_key(k)[0]}, {title}: mean accuracy matrices R[i, j]",
+                    chance=chance,
+                    flag_unseen=unseen_flagged(SCENARIO_VARIANTS.get(variant, (variant, 0))[0]),
                 )
                 lines += [f"![{k} accuracy matrices](plots/{mname})", ""]
                 cname = f"curve_{_slug(k)}.png"
@@ -201,6 +219,7 @@ def _plots(results: Mapping[str, Any], plots: Path) -> list[str]:
                     xlabel="tasks learned",
                     ylabel="mean accuracy on tasks seen (%)",
                     title=f"{_split_key(k)[0]}: {title}",
+                    chance=chance_pct,
                 )
                 lines += [f"![{k}](plots/{cname})", ""]
     return lines
@@ -222,6 +241,7 @@ def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
         f"{cfg['search']['runs']}, {100 * cfg['search']['val_fraction']:g}% of each class's training images "
         "as queries). ACC, BWT in %.",
         "",
+        *(line for note in benchmark_notes(list(cells)) for line in (note, "")),
     ]
     variants = list(dict.fromkeys(_split_key(k)[1] for k in cells))
     budgets = list(dict.fromkeys(_split_key(k)[2] for k in cells))
@@ -239,8 +259,12 @@ def write_report(results: Mapping[str, Any], run_dir: PathLike) -> Path:
         "",
         "## Plots",
         "",
+        "Dashed lines: chance (1/2 in domain-incremental scenarios, 1 / the number of classes in "
+        "class-incremental ones). In the accuracy matrices the cells above the diagonal (hatched) are tasks "
+        "not learned yet (domain-incremental: answered with the shared labels, transfer or guessing; "
+        "class-incremental: classes not shown yet, near 0 expected), and cells below chance are outlined "
+        "in red (above the diagonal only in domain-incremental scenarios).",
+        "",
         *_plots(results, run_dir / "plots"),
     ]
-    path = run_dir / "report.md"
-    atomic_write_text(path, "\n".join(lines))
-    return path
+    return write_report_files(run_dir / "report.md", "\n".join(lines))

@@ -20,15 +20,15 @@ from fastweights.cl.fewshot import evaluate_fewshot, fewshot_loss
 from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.registry import load_pools_for
-from fastweights.io import atomic_write_text, read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
+from fastweights.recipes.curves import learning_curve_section
 from fastweights.recipes.fewshot.config import FewShotConfig
-from fastweights.recipes.plots import plot_bars, plot_learning_curves
-from fastweights.recipes.reporting import run_header
+from fastweights.recipes.plots import plot_bars
+from fastweights.recipes.reporting import run_header, write_report_files
 from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
@@ -121,14 +121,10 @@ def _measure(
     return {"fewshot": {"dataset": f"{cfg.data.source}/test", "n_way": t.n_way, "k_shot": t.k_shot, **res}}
 
 
-def _curve(run_dir: Path, key: str) -> list[tuple[float, float]]:
-    path = run_dir / "metrics.jsonl"
-    return [(r["step"], r[key]) for r in read_jsonl(path) if key in r] if path.exists() else []
-
-
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
-    """``report.md`` and ``plots/learning_curve.png`` (from ``out_dir/metrics.jsonl``) of one few-shot
-    evaluation; returns the report's path."""
+    """``report.md`` (+ ``report.html``) and ``plots/learning_curve.png`` (from ``out_dir/metrics.jsonl``:
+    the selection metric ``val_acc`` with the evaluated checkpoint starred, chance = 1/n_way) of one
+    few-shot evaluation; returns the report's path."""
     run, fs = results["run"], results["fewshot"]
     lines = [
         f"# Few-shot report: {run['preset']} ({run['sequence_layer']})",
@@ -144,19 +140,18 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
         "",
         "± is the 95% CI 1.96·std/√n over all episodes (one query each).",
     ]
-    curve = _curve(out_dir, "val_acc")
-    if curve:
-        png = plot_learning_curves(
-            {run["sequence_layer"]: curve},
-            out_dir / "plots" / "learning_curve.png",
-            xlabel="training step",
-            ylabel="meta-validation accuracy",
-            title="few-shot meta-validation accuracy",
-        )
-        lines += ["", f"![learning curve]({png.relative_to(out_dir)})"]
-    path = out_dir / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+    lines += [""] + learning_curve_section(
+        out_dir,
+        run,
+        default_metric="val_acc",
+        ylabel="meta-validation accuracy (%)",
+        scale=100.0,
+        unit=" %",
+        chance=100.0 / fs["n_way"],
+        chance_label=f"chance ({100.0 / fs['n_way']:.0f} %)",
+        title="few-shot meta-validation accuracy",
+    )
+    return write_report_files(out_dir / "report.md", "\n".join(lines).rstrip("\n") + "\n")
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
@@ -187,7 +182,7 @@ def headline(results: dict[str, Any]) -> dict[str, Score]:
 
 
 def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
-    """``run_root/comparison.png``: meta-test accuracy ± 95% CI per run."""
+    """``run_root/comparison.png``: meta-test accuracy ± 95% CI per run, chance (1/n_way) dashed."""
     fs = next(iter(results.values()))["fewshot"]
     plot_bars(
         {
@@ -197,6 +192,7 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
         Path(run_root) / "comparison.png",
         ylabel="meta-test accuracy (%)",
         title=f"{fs['dataset']}: {fs['n_way']}-way {fs['k_shot']}-shot",
+        chance=100.0 / fs["n_way"],
     )
 
 

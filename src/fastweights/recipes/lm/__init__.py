@@ -26,12 +26,13 @@ from fastweights.data.sources.text import (
     sample_windows,
     split_corpus,
 )
-from fastweights.io import atomic_save_figure, atomic_write_text
+from fastweights.io import atomic_save_figure
 from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
+from fastweights.recipes.curves import learning_curve_section
 from fastweights.recipes.lm.config import LMRecipeConfig
-from fastweights.recipes.reporting import md_table, run_header
+from fastweights.recipes.reporting import md_table, run_header, write_report_files
 from fastweights.recipes.run import RecipeRun, evaluate_verb, fit_run, load_trained, train_verb
 from fastweights.train.run_folder import output_folder
 from fastweights.train.schedules import warmup_cosine
@@ -187,7 +188,9 @@ def _measure(cfg: LMRecipeConfig, state: dict[str, Any], model: CausalLM, device
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
-    """``report.md`` and ``plots/loss_by_position_<split>.png`` of one evaluation; returns the report's
+    """``report.md`` (+ ``report.html``), ``plots/loss_by_position_<split>.png`` and, from
+    ``out_dir/metrics.jsonl``, ``plots/learning_curve.png`` (the selection metric ``val_bpb`` with the
+    evaluated checkpoint starred, and training bits per byte) of one evaluation; returns the report's
     path."""
     for split in results["lm"]["splits"]:
         plot_position_curves(
@@ -195,9 +198,18 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
             out_dir / "plots" / f"loss_by_position_{split}.png",
             split,
         )
-    path = out_dir / "report.md"
-    atomic_write_text(path, _report(results))
-    return path
+    curve = learning_curve_section(
+        out_dir,
+        results["run"],
+        default_metric="val_bpb",
+        others=("train_bpb",),
+        labels={"val_bpb": "validation bits per byte (val_bpb)", "train_bpb": "training bits per byte"},
+        ylabel="bits per byte (lower is better)",
+        unit=" bits/byte",
+        title=f"{results['run']['sequence_layer']}: bits per byte during training",
+    )
+    text = _report(results) + ("\n" + "\n".join(curve) if curve else "")
+    return write_report_files(out_dir / "report.md", text)
 
 
 def _bins(seq_len: int) -> list[tuple[int, int]]:

@@ -24,11 +24,12 @@ from typing import Any
 
 import torch
 
-from fastweights.io import atomic_write_text, read_jsonl
+from fastweights.io import read_jsonl
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
+from fastweights.recipes.curves import learning_curve_section
 from fastweights.recipes.plots import plot_learning_curves
-from fastweights.recipes.reporting import md_table, run_header
+from fastweights.recipes.reporting import md_table, run_header, write_report_files
 from fastweights.recipes.rl.config import RLConfig, RLLevelsConfig
 from fastweights.recipes.run import (
     RecipeRun,
@@ -252,8 +253,10 @@ def _core(run: dict[str, Any]) -> str:
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
-    """``report.md`` and ``plots/returns.png`` (frames vs greedy return on the validation levels and
-    training return per game, from ``out_dir/metrics.jsonl``); returns the report's path."""
+    """``report.md`` (+ ``report.html``), ``plots/returns.png`` (frames vs greedy return on the validation
+    levels and training return per game, from ``out_dir/metrics.jsonl``) and ``plots/learning_curve.png``
+    (the selection metric ``val_score`` ×100 with the evaluated checkpoint starred, the training-level
+    score and the random policy's score); returns the report's path."""
     run, rl = results["run"], results["rl"]
     header = ["game", "normalisation (R_min, R_max)"]
     header += [
@@ -306,9 +309,25 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
             title=f"{_core(run)}: greedy on validation levels, sampled on training levels",
         )
         lines += ["", f"![returns]({png.relative_to(out_dir)})"]
-    path = out_dir / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+    rand = rl.get("random_policy") or {}
+    lines += [""] + learning_curve_section(
+        out_dir,
+        run,
+        default_metric="val_score",
+        others=("train_score",),
+        labels={
+            "val_score": "validation levels, greedy (val_score)",
+            "train_score": "training levels, sampled",
+        },
+        x="frames",
+        xlabel="training frames",
+        ylabel="mean normalised score ×100",
+        scale=100.0,
+        chance=100.0 * rand["score"] if "score" in rand else None,
+        chance_label="random policy (test levels)",
+        title=f"{_core(run)}: normalised score during training",
+    )
+    return write_report_files(out_dir / "report.md", "\n".join(lines).rstrip("\n") + "\n")
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:

@@ -24,14 +24,15 @@ from fastweights.cl.sequential import (
 from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.registry import load_pools_for
-from fastweights.io import atomic_save_figure, atomic_write_text
+from fastweights.io import atomic_save_figure
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
+from fastweights.recipes.curves import learning_curve_section
 from fastweights.recipes.plots import integer_ticks, new_figure
-from fastweights.recipes.reporting import run_header
+from fastweights.recipes.reporting import run_header, write_report_files
 from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
@@ -170,7 +171,10 @@ def plot_occurrence_curves(curves: dict[str, dict[str, Any]], path: Path, *, tit
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
-    """``report.md`` and ``plots/occurrence_<order>.png`` of one evaluation; returns the report's path."""
+    """``report.md`` (+ ``report.html``), ``plots/occurrence_<order>.png`` and, from
+    ``out_dir/metrics.jsonl``, ``plots/learning_curve.png`` (the selection metric ``val_acc`` with the
+    evaluated checkpoint starred, per-task accuracies, chance = 1/n_way) of one evaluation; returns the
+    report's path."""
     run, seq = results["run"], results["sequential"]
     ks = [k for k in OCCURRENCES if k <= seq["k_shot"]]
     lines = [
@@ -202,9 +206,20 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
         "T1/T2 k=…: accuracy at the k-th occurrence of a class within task 1/2. "
         "± is 1.96·std/√n over episodes."
     )
-    path = out_dir / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+    lines += [""] + learning_curve_section(
+        out_dir,
+        run,
+        default_metric="val_acc",
+        others=("val_task1", "val_task2"),
+        labels={"val_acc": "both tasks (val_acc)", "val_task1": "task 1", "val_task2": "task 2"},
+        ylabel="meta-validation accuracy (%)",
+        scale=100.0,
+        unit=" %",
+        chance=100.0 / seq["n_way"],
+        chance_label=f"chance ({100.0 / seq['n_way']:.0f} %)",
+        title="sequential multi-task meta-validation accuracy",
+    )
+    return write_report_files(out_dir / "report.md", "\n".join(lines).rstrip("\n") + "\n")
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
