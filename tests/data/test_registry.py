@@ -19,7 +19,15 @@ from tests.data.test_idx import _fake_dataset
 
 
 def test_names():
-    assert CLASS_POOLS == ("fontglyphs", "emoji", "omniglot", "mini_imagenet", "fc100", "cifar_fs")
+    assert CLASS_POOLS == (
+        "fontglyphs",
+        "emoji",
+        "omniglot",
+        "mini_imagenet",
+        "fc100",
+        "cifar_fs",
+        "handwriting",
+    )
     assert SPLIT_DATASETS == ("digits", "fashion_mnist", "mnist", "cifar10", "font_letters", "colour_digits")
     with pytest.raises(ValueError, match="name: expected one of .*'omniglot'.*given 'imagenet'"):
         load_class_pools("imagenet", "/tmp")

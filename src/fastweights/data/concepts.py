@@ -29,17 +29,35 @@ The embedded meta-training sources and what is removed from their ``train`` and 
   FontGlyphs classes are letters only (Unicode Lu/Ll/Lt/Lo) and Latin look-alikes of other scripts are
   already removed when it is built.
 
+- **Handwriting** (:func:`handwriting_exclusion`, applied while it is built): its classes are random pen
+  strokes, so one may look like a digit or a letter by chance. Image rule (:func:`benchmark_lookalikes`):
+  an image shows a concept when its ink, cropped and fitted into 8 x 8, correlates >= :data:`CONCEPT_NCC`
+  (0.6) with a template: scikit-learn's 10 digit means, or the digits 0-9 and capitals A-J of the Latin
+  fonts FontLetters and ColourDigits draw with (:func:`concept_templates`). The threshold is the 10th
+  percentile of Split-Digits' own images' correlation with their own digit's best template; the rule
+  flags 98 % of Split-Digits' images and 95 % of FontLetters'. A candidate class is dropped when its
+  clean render or half of its writers show a concept; at the default settings this drops 404 of 1,673
+  meta-training and 74 of 301 meta-validation candidates (``docs/architecture.md``, "Handwriting"). It
+  is a correlation test, not a reader: a kept class can still remind a person of a digit. Garments
+  (Split-FashionMNIST) have no template: measured with the same 8 x 8 vectors, the kept meta-training
+  and meta-validation classes' best correlation with Fashion-MNIST's class means is 0.32 (median) and
+  0.71 (99th percentile; 1.7 % reach 0.68, the 10th percentile of Fashion-MNIST's own images against
+  their class mean); the highest (0.91, sneaker) are flat horizontal strokes and outlines.
+
 Not covered: the paper's real benchmarks (Omniglot's Latin alphabet, Mini-ImageNet's classes) come from
 the user's folders and are used as they are.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -54,6 +72,15 @@ __all__ = [
     "glyph_exclusion",
     "exclude_benchmark_concepts",
     "EXCLUDED_SPLITS",
+    "CONCEPT_RES",
+    "CONCEPT_NCC",
+    "CONCEPT_SLANTS",
+    "ink_vectors",
+    "concept_templates",
+    "concept_rule_key",
+    "benchmark_lookalikes",
+    "examples_lookalike",
+    "handwriting_exclusion",
 ]
 
 log = logging.getLogger(__name__)
@@ -176,6 +203,219 @@ def glyph_exclusion(codepoint: int) -> str | None:
     return None
 
 
+#: side of the shape vectors the image rule compares (scikit-learn's digits are 8 x 8)
+CONCEPT_RES = 8
+#: the slants (shears, top leaning right for > 0) at which every template shape is compared
+CONCEPT_SLANTS = (-0.4, -0.2, 0.0, 0.2, 0.4)
+#: an image whose shape vector correlates at least this much with a benchmark template shows its concept:
+#: the 10th percentile of the correlation of Split-Digits' own 1,797 images with their own digit's best
+#: template. At it the rule flags 96 % of Split-Digits' images (90 % by a template of their own digit)
+#: and 99.7 % of FontLetters' letters (``tests/data/test_handwriting.py`` checks these rates)
+CONCEPT_NCC = 0.65
+_INK_FRACTION = 0.2  # pixels >= 20 % of an image's maximum span its ink bounding box
+_TEMPLATE_RES = 64  # font templates are rendered at 64 px (``_render.clean_render``)
+
+
+@functools.cache
+def _area_weights(side: int, res: int) -> np.ndarray:
+    """float64 ``[res, side]``: the share of each of ``side`` unit pixels in each of ``res`` equal cells
+    (area averaging, PIL's box filter when shrinking)."""
+    edges = np.arange(res + 1) * (side / res)
+    lo, hi = np.arange(side)[None, :], np.arange(1, side + 1)[None, :]
+    overlap = np.clip(np.minimum(hi, edges[1:, None]) - np.maximum(lo, edges[:-1, None]), 0.0, None)
+    return overlap / overlap.sum(1, keepdims=True)
+
+
+def ink_vectors(images: np.ndarray, res: int = CONCEPT_RES) -> np.ndarray:
+    """Position- and size-normalised shape vectors of grayscale images (white ink on black).
+
+    Each image is cropped to its ink bounding box (pixels >= 20 % of its maximum), padded to a square
+    (centred, aspect kept), area-averaged to ``res x res`` and made zero-mean and unit-norm, so the dot
+    product of two vectors is the Pearson correlation of the two normalised images (their normalised
+    cross-correlation).
+
+    Args:
+        images: ``[N, H, W]`` array of any real dtype (uint8 0..255 or float).
+        res: side of the normalised image.
+
+    Returns:
+        float32 ``[N, res * res]``; the zero vector for an image without ink or contrast.
+
+    Raises:
+        ValueError: for an array that is not ``[N, H, W]`` or a ``res`` < 2.
+    """
+    imgs = np.asarray(images, dtype=np.float32)
+    if imgs.ndim != 3 or 0 in imgs.shape[1:]:
+        raise ValueError(f"images: expected a grayscale array [N, H, W], given shape {tuple(imgs.shape)}")
+    if isinstance(res, bool) or not isinstance(res, int) or res < 2:
+        raise ValueError(f"res: expected an int >= 2, given {res!r}")
+    out = np.zeros((len(imgs), res * res), dtype=np.float32)
+    peaks = imgs.reshape(len(imgs), -1).max(1)
+    for i in np.flatnonzero(peaks > 0):
+        img = imgs[i]
+        ink = img >= _INK_FRACTION * peaks[i]
+        rows, cols = np.flatnonzero(ink.any(1)), np.flatnonzero(ink.any(0))
+        crop = img[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+        h, w = crop.shape
+        side = max(h, w)
+        square = np.zeros((side, side), dtype=np.float64)
+        square[(side - h) // 2 : (side - h) // 2 + h, (side - w) // 2 : (side - w) // 2 + w] = crop
+        a = _area_weights(side, res)
+        v = (a @ square @ a.T).ravel()
+        v -= v.mean()
+        norm = np.linalg.norm(v)
+        if norm > 1e-9 * float(peaks[i]):
+            out[i] = v / norm
+    return out
+
+
+def _slanted(image: np.ndarray, slant: float) -> np.ndarray:
+    """``image`` ``[H, W]`` on a canvas padded by a quarter of its side, sheared so that its top leans
+    right by ``slant`` (x moves by ``-slant * (y - centre)``); float32."""
+    from PIL import Image
+
+    h, w = image.shape
+    pad = max(h, w) // 4
+    canvas = np.zeros((h + 2 * pad, w + 2 * pad), dtype=np.float32)
+    canvas[pad : pad + h, pad : pad + w] = image
+    im = Image.fromarray(canvas, mode="F")
+    ch = canvas.shape[0]
+    data = (1.0, slant, -slant * ch / 2, 0.0, 1.0, 0.0)  # output (x, y) <- input (x + slant (y - ch/2), y)
+    return np.asarray(im.transform(im.size, Image.Transform.AFFINE, data, resample=Image.Resampling.BILINEAR))
+
+
+@functools.cache
+def concept_templates() -> tuple[np.ndarray, tuple[str, ...]]:
+    """The benchmark templates of the image rule: ``(float32 [T, CONCEPT_RES**2] shape vectors, names)``.
+
+    Base shapes, each at the slants :data:`CONCEPT_SLANTS` (handwriting leans; the Handwriting writers
+    slant by up to 0.35):
+
+    - the 10 class means of scikit-learn's ``load_digits`` (1,797 images, 8 x 8; Split-Digits itself),
+      upsampled 8x (nearest) before slanting, named ``"digit 7 (scikit-learn digits mean, slant +0.2)"``;
+    - the digits 0-9 (Split-MNIST, ColourDigits) and the capitals A-J (FontLetters) rendered by each
+      Latin font that FontLetters and ColourDigits draw them with (NotoSans/NotoSerif Regular and Bold,
+      matplotlib's DejaVu fonts), named ``"letter C (NotoSerif-Bold.ttf, slant -0.4)"``.
+
+    Raises:
+        FileNotFoundError: when no Latin font covers a digit or letter (``fonts-noto-core``).
+    """
+    from sklearn.datasets import load_digits
+
+    from .sources._render import clean_render
+    from .sources.font_classes import DIGITS, LETTERS, _latin_fonts
+
+    data = load_digits()
+    shapes = [np.kron(data.images[data.target == d].mean(0), np.ones((8, 8))) for d in range(10)]
+    names = [f"digit {d} (scikit-learn digits mean" for d in range(10)]
+    fonts = _latin_fonts(DIGITS + LETTERS)
+    for cp in DIGITS + LETTERS:
+        kind = "digit" if cp in DIGITS else "letter"
+        for font in fonts[cp]:
+            img = clean_render(font.path, cp, _TEMPLATE_RES)
+            if img is not None:
+                shapes.append(np.asarray(img, dtype=np.float32))
+                names.append(f"{kind} {chr(cp)} ({Path(font.path).name}")
+    vectors, labels = [], []
+    for slant in CONCEPT_SLANTS:
+        vectors.append(ink_vectors(np.stack([_slanted(x, slant) for x in shapes])))
+        labels += [f"{n}, slant {slant:+.1f})" for n in names]
+    return np.concatenate(vectors), tuple(labels)
+
+
+def concept_rule_key() -> dict:
+    """What the image rule depends on (thresholds, resolution, template fonts): part of the cache key of
+    a source that applies it while it is built (:mod:`fastweights.data.sources.handwriting`)."""
+    from .sources._fonts import font_fingerprint
+    from .sources.font_classes import DIGITS, LETTERS, _latin_fonts
+
+    fonts = {f.path: f for fs in _latin_fonts(DIGITS + LETTERS).values() for f in fs}
+    return {
+        "res": CONCEPT_RES,
+        "ncc": CONCEPT_NCC,
+        "slants": CONCEPT_SLANTS,
+        "ink_fraction": _INK_FRACTION,
+        "template_res": _TEMPLATE_RES,
+        "fonts": font_fingerprint(sorted(fonts.values(), key=lambda f: f.rank)),
+    }
+
+
+def benchmark_lookalikes(images: np.ndarray) -> list[str | None]:
+    """The benchmark concept each image shows by the image rule, or ``None``.
+
+    Rule: an image shows a concept when its :func:`ink_vectors` shape vector (ink cropped, fitted into
+    8 x 8) correlates at least :data:`CONCEPT_NCC` with a template of :func:`concept_templates`
+    (scikit-learn digit means; digits 0-9 and letters A-J of the Latin fonts): a nearest-template test
+    with the threshold at which 90 % of Split-Digits' own images are flagged. The reason names the best
+    template and the correlation.
+
+    Args:
+        images: ``[N, H, W]`` grayscale images, white ink on black (any real dtype).
+
+    Returns:
+        a list of N reasons like ``"looks like digit 7 (NotoSans-Bold.ttf): r = 0.83 >= 0.6 (digits 0-9
+        ...)"``, or ``None`` where the best correlation is below :data:`CONCEPT_NCC`.
+
+    Raises:
+        ValueError: from :func:`ink_vectors`; FileNotFoundError: from :func:`concept_templates`.
+    """
+    best, names = _best_templates(images)
+    return [None if r < CONCEPT_NCC else _reason(names[j], r) for j, r in best]
+
+
+def _best_templates(images: np.ndarray) -> tuple[list[tuple[int, float]], tuple[str, ...]]:
+    templates, names = concept_templates()
+    ncc = ink_vectors(images) @ templates.T
+    best = ncc.argmax(1)
+    return [(int(j), float(ncc[i, j])) for i, j in enumerate(best)], names
+
+
+def _reason(name: str, r: float) -> str:
+    why = _LETTERS_WHY if name.startswith("letter") else _DIGITS_WHY
+    return f"looks like {name}: r = {r:.2f} >= {CONCEPT_NCC} ({why})"
+
+
+def examples_lookalike(examples: np.ndarray) -> str | None:
+    """Whether a class, given by its examples, shows a benchmark concept: at least half of them do by
+    :func:`benchmark_lookalikes` (the upper median over the examples of their best template correlation
+    is >= :data:`CONCEPT_NCC`). Returns the reason, naming the median example's best template, or
+    ``None``.
+
+    Args:
+        examples: ``[M, H, W]`` grayscale images of one class (``M >= 1``).
+    """
+    return _class_reasons(np.asarray(examples)[None])[0]
+
+
+def _class_reasons(classes: np.ndarray) -> list[str | None]:
+    """:func:`examples_lookalike` of every class of ``[C, M, H, W]`` (one template product for all)."""
+    c, m = classes.shape[:2]
+    if c == 0 or m == 0:
+        return [None] * c
+    best, names = _best_templates(classes.reshape(c * m, *classes.shape[2:]))
+    out: list[str | None] = []
+    for k in range(c):
+        j, r = sorted(best[k * m : (k + 1) * m], key=lambda jr: jr[1])[m // 2]
+        out.append(None if r < CONCEPT_NCC else f"its median example {_reason(names[j], r)}")
+    return out
+
+
+def handwriting_exclusion(pool: ClassPool) -> list[str | None]:
+    """Why each class of a Handwriting pool must stay out of meta-training and meta-validation, or
+    ``None``: :func:`examples_lookalike` of its examples (writers).
+
+    The Handwriting build already drops the candidates whose clean render or writers show a concept,
+    so on a pool it built this removes nothing; it guards the rule on pools made otherwise (an older
+    cache, other settings). Raises ``ValueError`` for an RGB pool.
+    """
+    from threadpoolctl import threadpool_limits
+
+    if pool.channels != 1:
+        raise ValueError(f"{pool.name}: expected a grayscale pool [C, M, S, S], given {pool.images.shape}")
+    with threadpool_limits(1, user_api="blas"):  # small products: threads cost more than they give
+        return _class_reasons(pool.images)
+
+
 _SUFFIX = re.compile(r"^(.*) \((U\+[0-9A-F]{4,6})(?: U\+[0-9A-F]{4,6})*\)$")
 
 
@@ -187,10 +427,20 @@ def _split_name(class_name: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2)[2:], 16)
 
 
-#: source -> why one of its classes (name, first code point, alphabet) is left out, or None
-_RULES = {
-    "emoji": lambda name, codepoint, alphabet: emoji_exclusion(name, alphabet),
-    "fontglyphs": lambda name, codepoint, alphabet: glyph_exclusion(codepoint),
+def _by_name(rule: Callable[[str, int, str], str | None]) -> Callable[[ClassPool], list[str | None]]:
+    """A pool rule from a rule over (name, first code point, alphabet) of each class."""
+
+    def reasons(pool: ClassPool) -> list[str | None]:
+        return [rule(*_split_name(c), a) for c, a in zip(pool.class_names, pool.alphabets, strict=True)]
+
+    return reasons
+
+
+#: source -> why each class of one of its pools is left out (None: kept)
+_RULES: dict[str, Callable[[ClassPool], list[str | None]]] = {
+    "emoji": _by_name(lambda name, codepoint, alphabet: emoji_exclusion(name, alphabet)),
+    "fontglyphs": _by_name(lambda name, codepoint, alphabet: glyph_exclusion(codepoint)),
+    "handwriting": lambda pool: handwriting_exclusion(pool),
 }
 
 
@@ -209,7 +459,7 @@ def exclude_benchmark_concepts(source: str, pools: dict[str, ClassPool]) -> dict
     out = dict(pools)
     for split in EXCLUDED_SPLITS:
         pool = pools[split]
-        reasons = [rule(*_split_name(c), a) for c, a in zip(pool.class_names, pool.alphabets, strict=True)]
+        reasons = rule(pool)
         keep = [i for i, r in enumerate(reasons) if r is None]
         if len(keep) == pool.num_classes:
             continue

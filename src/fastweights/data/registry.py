@@ -1,8 +1,9 @@
 """Select a data source by its config name: few-shot class pools and train/test split datasets.
 
 Real benchmarks are read from local folders only (never downloaded). ``root=None`` means
-``$FASTWEIGHTS_DATA``; the embedded sources (FontGlyphs, EmojiImages, scikit-learn digits, FontLetters,
-ColourDigits) need no folder, and Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` files.
+``$FASTWEIGHTS_DATA``; the embedded sources (FontGlyphs, EmojiImages, Handwriting, scikit-learn digits,
+FontLetters, ColourDigits) need no folder, and Fashion-MNIST defaults to Debian's
+``dataset-fashion-mnist`` files.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .sources.digits import load_digits_split
 from .sources.emoji import load_emoji_images
 from .sources.font_classes import load_colour_digits, load_font_letters
 from .sources.glyphs import load_font_glyphs
+from .sources.handwriting import load_handwriting
 from .sources.idx import load_idx_dataset
 from .sources.miniimagenet import load_mini_imagenet
 from .sources.omniglot import load_omniglot
@@ -51,6 +53,10 @@ def _fontglyphs(root: Path | None, size: int, **kw: Any) -> dict[str, ClassPool]
 
 def _emoji(root: Path | None, size: int, **kw: Any) -> dict[str, ClassPool]:
     return load_emoji_images(image_size=size, **kw)
+
+
+def _handwriting(root: Path | None, size: int, **kw: Any) -> dict[str, ClassPool]:
+    return load_handwriting(image_size=size, **kw)
 
 
 def _fc100(root: Path, size: int, **kw: Any) -> dict[str, ClassPool]:
@@ -99,6 +105,7 @@ _POOLS: dict[str, tuple[int, bool, Callable[..., dict[str, ClassPool]]]] = {
     "mini_imagenet": (84, True, _sized(load_mini_imagenet)),
     "fc100": (32, True, _fc100),
     "cifar_fs": (32, True, _cifar_fs),
+    "handwriting": (32, False, _handwriting),
 }
 _DATASETS: dict[str, tuple[int, bool, Callable[..., SplitDataset]]] = {
     "digits": (32, False, _digits),
@@ -156,7 +163,8 @@ def load_class_pools(
     ``name`` (default image size, loader): ``"fontglyphs"`` (32, :func:`load_font_glyphs`; ``root``
     ignored), ``"emoji"`` (32, RGB, :func:`load_emoji_images`; ``root`` ignored), ``"omniglot"`` (28,
     grayscale, :func:`load_omniglot`), ``"mini_imagenet"`` (84, RGB, :func:`load_mini_imagenet`),
-    ``"fc100"`` and ``"cifar_fs"`` (32, RGB, :func:`load_cifar100_pools`).
+    ``"fc100"`` and ``"cifar_fs"`` (32, RGB, :func:`load_cifar100_pools`), ``"handwriting"`` (32,
+    grayscale, procedural pen-stroke characters, :func:`load_handwriting`; ``root`` ignored).
     ``root`` (default ``$FASTWEIGHTS_DATA``) is the folder the loader documents; ``options`` are passed
     to the loader (e.g. ``cache_dir``). Raises ``ValueError`` for an unknown name or a missing root,
     and whatever the loader raises (``FileNotFoundError`` naming the expected layout, ``ValueError``).
@@ -189,9 +197,9 @@ def load_split_dataset(
 @dataclass
 class PoolConfig:
     """Where few-shot classes come from: ``source`` is a name of :data:`CLASS_POOLS`
-    (``fontglyphs`` and ``emoji`` embedded; ``omniglot``, ``mini_imagenet``, ``fc100``, ``cifar_fs`` from
-    ``root``) or of :data:`SPLIT_DATASETS` (e.g. ``fashion_mnist``: its classes become a pool).
-    ``channels`` is 1 or 3; an RGB source (:data:`RGB_SOURCES`) needs 3, a grayscale one is repeated to
+    (``fontglyphs``, ``emoji`` and ``handwriting`` embedded; ``omniglot``, ``mini_imagenet``, ``fc100``,
+    ``cifar_fs`` from ``root``) or of :data:`SPLIT_DATASETS` (e.g. ``fashion_mnist``: its classes become a
+    pool). ``channels`` is 1 or 3; an RGB source (:data:`RGB_SOURCES`) needs 3, a grayscale one is repeated to
     3 channels when it is 3."""
 
     source: str = "fontglyphs"
@@ -199,7 +207,8 @@ class PoolConfig:
     image_size: int = 32
     channels: int = 1
     rotations: bool = True  # 0/90/180/270° copies as extra meta-training classes (Omniglot-style)
-    # FontGlyphs rendering (ignored by the other sources; emoji uses examples_per_class, seed, cache_dir)
+    # FontGlyphs rendering (ignored by the other sources; emoji and handwriting use examples_per_class,
+    # seed, cache_dir)
     examples_per_class: int = 20
     max_classes_per_script: int = 80
     max_scripts: int | None = None
@@ -277,7 +286,7 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
                 seed=p.seed,
                 cache_dir=p.cache_dir,
             )
-        elif p.source == "emoji":
+        elif p.source in ("emoji", "handwriting"):
             options = dict(examples_per_class=p.examples_per_class, seed=p.seed, cache_dir=p.cache_dir)
         pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
     elif p.source in SPLIT_DATASETS:
