@@ -13,9 +13,8 @@ import fastweights.recipes.acl.plots as acl_plots
 import fastweights.recipes.plots as plots
 from fastweights.io import JsonlLogger
 from fastweights.recipes.acl.report import write_report
-from fastweights.recipes.curves import learning_curve_section
-from fastweights.recipes.html_report import markdown_to_html
-from fastweights.recipes.matrix_notes import below_chance_cells, short_task_labels
+from fastweights.recipes.plots import learning_curve_section
+from fastweights.recipes.reporting import below_chance_cells, markdown_to_html, short_task_labels
 from tests.recipes.acl_results import paper_results, single_pair_results, summary
 
 # the class names of a real Split-Emoji run (runs/acl-5task-class-seeds/srwm/seed0/results.json)

@@ -42,23 +42,20 @@ from fastweights.recipes.acl.paper_tables import (
     split_table,
 )
 from fastweights.recipes.acl.plots import plot_forgetting, plot_forgetting_rows, plot_long_span
-from fastweights.recipes.curves import learning_curve_section
-from fastweights.recipes.matrix_notes import (
+from fastweights.recipes.plots import learning_curve_section, plot_accuracy_matrix
+from fastweights.recipes.reporting import (
+    as_float,
+    as_matrix,
     below_chance_cells,
     benchmark_notes,
     matrix_cells,
     matrix_notes,
-    short_task_labels,
-    unseen_flagged,
-)
-from fastweights.recipes.plots import plot_accuracy_matrix
-from fastweights.recipes.reporting import (
-    as_float,
-    as_matrix,
     md_table,
     pct,
     pm,
+    short_task_labels,
     task_labels,
+    unseen_flagged,
     write_report_files,
 )
 

@@ -17,9 +17,8 @@ import numpy as np
 
 from fastweights.io import PathLike
 from fastweights.recipes.cl_baselines.config import SCENARIO_VARIANTS
-from fastweights.recipes.matrix_notes import benchmark_notes, unseen_flagged
 from fastweights.recipes.plots import plot_accuracy_matrices, plot_bars, plot_learning_curves
-from fastweights.recipes.reporting import md_table, pm, write_report_files
+from fastweights.recipes.reporting import benchmark_notes, md_table, pm, unseen_flagged, write_report_files
 
 __all__ = [
     "HSU_2018",

@@ -25,9 +25,8 @@ from fastweights.models.in_context import InContextClassifier
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
-from fastweights.recipes.curves import learning_curve_section
 from fastweights.recipes.fewshot.config import FewShotConfig
-from fastweights.recipes.plots import plot_bars
+from fastweights.recipes.plots import learning_curve_section, plot_bars
 from fastweights.recipes.reporting import run_header, write_report_files
 from fastweights.recipes.run import (
     RecipeRun,

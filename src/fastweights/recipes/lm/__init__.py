@@ -30,8 +30,8 @@ from fastweights.io import atomic_save_figure
 from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
-from fastweights.recipes.curves import learning_curve_section
 from fastweights.recipes.lm.config import LMRecipeConfig
+from fastweights.recipes.plots import learning_curve_section
 from fastweights.recipes.reporting import md_table, run_header, write_report_files
 from fastweights.recipes.run import RecipeRun, evaluate_verb, fit_run, load_trained, train_verb
 from fastweights.train.run_folder import output_folder

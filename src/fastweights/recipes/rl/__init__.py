@@ -27,8 +27,7 @@ import torch
 from fastweights.io import read_jsonl
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
-from fastweights.recipes.curves import learning_curve_section
-from fastweights.recipes.plots import plot_learning_curves
+from fastweights.recipes.plots import learning_curve_section, plot_learning_curves
 from fastweights.recipes.reporting import md_table, run_header, write_report_files
 from fastweights.recipes.rl.config import RLConfig, RLLevelsConfig
 from fastweights.recipes.run import (
