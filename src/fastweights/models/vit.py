@@ -406,8 +406,7 @@ def load_vit_b16(path: str | Path, *, num_heads: int | None = None) -> ViTB16:
     except Exception as e:  # any unreadable file is the user's input error, reported in one line
         first = (str(e).strip().splitlines() or [""])[0][:200]
         if isinstance(e, pickle.UnpicklingError):  # torch's text here is advice about weights_only
-            first = "damaged, or not a file written by torch.save"
-        raise _bad(
-            "a file torch.load(weights_only=True) can read", f"{path} ({type(e).__name__}: {first})"
-        ) from None
+            first = "not a file written by torch.save"
+        first = f"damaged or not a PyTorch weights file: {type(e).__name__}: {first}"
+        raise _bad("a file torch.load(weights_only=True) can read", f"{path} ({first})") from None
     return vit_from_state_dict(obj, num_heads=num_heads, weights_sha256=file_sha256(file), source=str(path))
