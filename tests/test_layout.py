@@ -19,6 +19,7 @@ RECIPES = PACKAGE / "recipes"
 FLOORS = {
     "checks": 0,
     "io": 0,
+    "resources": 0,
     "config": 1,
     "ops": 1,
     "data": 1,
@@ -29,6 +30,7 @@ FLOORS = {
     "cl": 4,
     "recipes": 5,
     "cli": 6,
+    "__main__": 7,
 }
 # Floors inside ``recipes/``: the shared modules, then the recipe packages above them.
 SHARED_FLOORS = {
