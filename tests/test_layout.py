@@ -30,6 +30,7 @@ FLOORS = {
     "cl": 4,
     "recipes": 5,
     "cli": 6,
+    "__main__": 7,
 }
 # Floors inside ``recipes/``: the shared modules, then the recipe packages above them.
 SHARED_FLOORS = {
