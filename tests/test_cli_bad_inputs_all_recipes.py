@@ -132,17 +132,27 @@ CASES = [
     Case(
         "fewshot-d_model-huge",
         _train("fewshot", f"model.d_model={HUGE}"),
-        rf"model\.d_model={HUGE}: .*too many",
+        rf"model\.d_model={HUGE}: .*too many to count.* EB, more than .* memory",
     ),
     Case(
         "sequential-d_model-huge",
         _train("sequential", f"model.d_model={HUGE}"),
-        rf"model\.d_model={HUGE}: .*too many",
+        rf"model\.d_model={HUGE}: .*too many to count.* EB, more than .* memory",
     ),
     Case(
         "fewshot-examples_per_class-huge",
         _train("fewshot", f"data.examples_per_class={HUGE}"),
         rf"data\.examples_per_class={HUGE}: .* PB.* memory",
+    ),
+    Case(
+        "fewshot-batch_size-huge",
+        _train("fewshot", f"train.batch_size={HUGE}"),
+        rf"train\.batch_size={HUGE}: the batch's activations .* TB.* memory",
+    ),
+    Case(
+        "lm-batch_size-huge",
+        _train("lm", f"train.batch_size={HUGE}"),
+        rf"train\.batch_size={HUGE}: the batch's activations \(train\.seq_len=.* PB.* memory",
     ),
     Case(
         "lm-eval-d_ff-huge",
@@ -626,3 +636,43 @@ def test_check_writable_names_the_folder_that_refuses(
         ):
             check_writable(run, doing="--resume")
     assert how != "none"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: 8e12 bytes"
+        ),
+        MemoryError("Unable to allocate 29.1 PiB for an array with shape (32, 1000000000000, 32, 32)"),
+    ],
+    ids=["torch-cpu-allocator", "numpy"],
+)
+def test_an_allocation_no_check_foresaw_is_one_line_not_a_traceback(
+    error: BaseException, base: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastweights.recipes import lm
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(lm, "generate", fail)
+    rc, err = _run(["lm", "generate", str(base / "lm"), "--prompt", "the"], capsys)
+    assert rc == 2, err
+    assert re.search(
+        r"out of memory \((RuntimeError|MemoryError): .*\); reduce the sizes", _one_error_line(err)
+    )
+
+
+def test_a_runtime_error_that_is_not_about_memory_stays_a_traceback(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only failed allocations become one line: any other RuntimeError is a bug to see in full."""
+    from fastweights.recipes import lm
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(lm, "generate", fail)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        main(["lm", "generate", str(base / "lm"), "--prompt", "the"])

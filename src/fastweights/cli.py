@@ -407,6 +407,14 @@ def main(argv: list[str] | None = None) -> int:
     return _guarded(lambda: _run_cl_baselines(args) if args.recipe == "cl-baselines" else _run_recipe(args))
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed: numpy's ``MemoryError``, torch's CPU allocator
+    (``RuntimeError: … can't allocate memory``) or ``torch.OutOfMemoryError`` (CUDA)."""
+    if isinstance(err, MemoryError):
+        return True
+    return type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err)
+
+
 def _guarded(fn: Callable[[], None]) -> int:
     from fastweights.train.distributed import RankStopped, shutdown
 
@@ -421,6 +429,17 @@ def _guarded(fn: Callable[[], None]) -> int:
     except OSError as err:  # e.g. a read-only folder or a full disk while writing config/logs/results
         where = f"{err.filename}: " if err.filename else ""
         print(f"fastweights: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as err:
+        if not _out_of_memory(err):
+            raise
+        # the sizes a run can check are refused before it starts (recipes.run.check_model_memory, …)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        print(
+            f"fastweights: error: out of memory ({type(err).__name__}: {first}); reduce the sizes of the "
+            "run (train.batch_size, model.*, data.examples_per_class, eval.batch_size)",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         from fastweights.train.distributed import world

@@ -60,6 +60,7 @@ __all__ = [
     "prepare_run",
     "restored_on_failure",
     "resolve_device",
+    "check_batch_memory",
     "check_model_memory",
     "model_memory",
     "RESUME_OVERRIDABLE",
@@ -178,8 +179,11 @@ def model_memory(build: Callable[[Any], torch.nn.Module], cfg: Any) -> tuple[int
     try:
         with torch.device("meta"):
             model = build(cfg)
+    except MemoryError:  # a tensor the build makes on a fixed device, too large for it
+        return (-1, -1)
     except (RuntimeError, OverflowError) as err:
-        return (-1, -1) if "overflow" in str(err).lower() else None
+        text = str(err).lower()
+        return (-1, -1) if "overflow" in text or "allocate" in text else None
     except Exception:  # e.g. an optional package missing: not a size problem, the real build says it
         return None
     tensors = [*model.parameters(), *model.buffers()]
@@ -211,11 +215,10 @@ def check_model_memory(
         return
     count, size = found
     key, hint = _largest_size(cfg), "reduce it or the other sizes of the model section"
-    if count < 0:
-        raise ValueError(
-            f"{key}: the model's parameters are too many to count (one tensor would hold more than 2^63 "
-            f"bytes); {hint}"
-        )
+    if count < 0:  # one tensor alone is beyond 2^63 bytes (or what the build could allocate)
+        what = "the model's parameters (too many to count: one tensor alone)"
+        check_fits(key, 2**63, what, device, hint=hint)
+        raise ValueError(f"{key}: {what} need at least 2^63 bytes; {hint}")  # no known limit: still too large
     grads = " and their gradients" if training else ""
     check_fits(
         key,
@@ -223,6 +226,31 @@ def check_model_memory(
         f"the model's {count:,} parameters{grads} (fp32)",
         device,
         hint=hint,
+    )
+
+
+def check_batch_memory(cfg: Any, device: torch.device) -> None:
+    """Refuse a training batch whose activations cannot fit into the memory of ``device``: a lower bound,
+    one fp32 vector of ``model.d_model`` per position of every sequence of ``train.batch_size`` (times
+    ``train.seq_len`` where the recipe has one), the activations of a single layer; configs without
+    these keys are not checked.
+
+    Raises:
+        ValueError: naming ``train.batch_size``, the estimate and the memory there is.
+    """
+    t, m = getattr(cfg, "train", None), getattr(cfg, "model", None)
+    batch, width = getattr(t, "batch_size", None), getattr(m, "d_model", None)
+    if not (isinstance(batch, int) and isinstance(width, int)):
+        return
+    length = getattr(t, "seq_len", 1)
+    length = length if isinstance(length, int) and length > 0 else 1
+    per = f"train.seq_len={length} positions x " if length > 1 else ""
+    check_fits(
+        f"train.batch_size={batch}",
+        batch * length * width * 4,
+        f"the batch's activations ({per}model.d_model={width} fp32 values per sequence, one layer)",
+        device,
+        hint="reduce train.batch_size (or use train.accumulation_steps for the same effective batch)",
     )
 
 
@@ -460,6 +488,7 @@ def start_run(
         local = distributed.rank_config(c, w)
         if build is not None:
             check_model_memory(local, build, device, training=True)
+            check_batch_memory(local, device)
         if load_data is not None:
             loaded[0] = load_data(local, resume and CheckpointManager(run_dir).exists("latest"))
 
