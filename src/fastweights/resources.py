@@ -71,14 +71,18 @@ def memory_limit(device: Any = "cpu") -> tuple[int, str] | None:
 
 
 def format_bytes(n: float) -> str:
-    """``n`` bytes for a message: ``"23.4 GB"``, ``"1.0 PB"`` (powers of 1000), ``"> 1e+30 B"`` beyond EB."""
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB", "EB"):
-        if abs(n) < 1000 or unit == "EB":
-            if unit == "EB" and abs(n) >= 1000:
-                return f"{n * 1000**6:.1e} B"
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"  # pragma: no cover - unreachable
+    """``n`` bytes for a message, in powers of 1000: ``"812 B"``, ``"25.3 GB"``, ``"9.2 EB"``; beyond
+    1000 EB in scientific notation (``"1.2e+22 B"``)."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    if n >= 1000**7:
+        return f"{n:.1e} B"
+    scaled = float(n)
+    for unit in ("kB", "MB", "GB", "TB", "PB", "EB"):
+        scaled /= 1000
+        if scaled < 1000:
+            return f"{scaled:.1f} {unit}"
+    return f"{scaled:.1f} EB"  # pragma: no cover - n < 1000**7 ends the loop above
 
 
 def check_fits(key: str, estimate: int, what: str, device: Any = "cpu", *, hint: str = "") -> None:
