@@ -676,3 +676,22 @@ def test_a_runtime_error_that_is_not_about_memory_stays_a_traceback(
     monkeypatch.setattr(lm, "generate", fail)
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
         main(["lm", "generate", str(base / "lm"), "--prompt", "the"])
+
+
+def test_cl_baselines_compare_reruns_over_a_staging_folder_left_by_a_killed_compare(
+    base: Path, tmp_path: Path
+) -> None:
+    root = _workspace(base, tmp_path)
+    args = ["cl-baselines", "compare", str(root / "clb"), "--out", str(root / "out")]
+    assert main(args) == 0
+    killed = root / "out" / ".fastweights-staging-k1ll3d"
+    (killed / "plots").mkdir(parents=True)
+    (killed / "plots" / "compare_domain.png").write_bytes(b"partial")
+    assert main(args) == 0
+    assert not killed.exists()
+    assert sorted(p.name for p in (root / "out").iterdir()) == [
+        CLAIMS_NAME,
+        "comparison.json",
+        "comparison.md",
+        "plots",
+    ]

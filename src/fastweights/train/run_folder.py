@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = [
     "CLAIMS_NAME",
+    "STAGING_PREFIX",
     "LOCK_NAME",
     "OutputClaims",
     "RUN_MARKERS",
@@ -372,7 +373,8 @@ def check_writable(folder: Path, *, appended: tuple[str, ...] = ("metrics.jsonl"
 
 #: the record of :class:`OutputClaims` in the folder it covers
 CLAIMS_NAME = ".fastweights-outputs.json"
-_STAGING_PREFIX = ".fastweights-staging-"
+#: the name prefix of :meth:`OutputClaims.staging` folders (one left by a killed command is removed)
+STAGING_PREFIX = ".fastweights-staging-"
 
 
 def _sha256(path: Path) -> str:
@@ -453,9 +455,9 @@ class OutputClaims:
         """A new staging folder inside ``folder`` (removed on exit) to write the outputs into, for
         :meth:`publish`; staging folders of killed commands are removed first."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        for old in self.folder.glob(_STAGING_PREFIX + "*"):
+        for old in self.folder.glob(STAGING_PREFIX + "*"):
             shutil.rmtree(old, ignore_errors=True)
-        path = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=self.folder))
+        path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.folder))
         try:
             yield path
         finally:

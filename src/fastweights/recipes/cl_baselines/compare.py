@@ -31,6 +31,7 @@ from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table, pm
 from fastweights.train.run_folder import (
     CLAIMS_NAME,
+    STAGING_PREFIX,
     OutputClaims,
     check_output_dir,
     folder_contents,
@@ -275,6 +276,7 @@ def _earlier_comparison(out_dir: Path, run_dir: Path) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         return False
     known = {"comparison.json", "comparison.md", "plots", "acl", CLAIMS_NAME}
+    others = [o for o in others if not o.startswith(STAGING_PREFIX)]  # left by a killed compare
     return set(others) <= known and Path(recorded).resolve() == run_dir.resolve()
 
 
