@@ -31,6 +31,7 @@ from fastweights.cli import main
 from fastweights.io import JsonlLogger
 from fastweights.train import checkpoint
 from fastweights.train.run_folder import CLAIMS_NAME, OutputClaims, RunFolderError, check_writable
+from tests.test_cli_bad_inputs import _truncate, _write
 
 WORDS = "and the of that in he shall unto for his a lord they be is him not them it with all".split()
 HUGE = "1000000000000"  # 10**12
@@ -45,23 +46,6 @@ class Case:
     match: str  # regex the `fastweights: error:` line must contain
     setup: Callable[[Path], None] | None = None
     unwritable: list[str] = field(default_factory=list)  # paths (relative to the copy) made unwritable
-
-
-def _write(rel: str, data: bytes) -> Callable[[Path], None]:
-    def setup(root: Path) -> None:
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-
-    return setup
-
-
-def _truncate(rel: str, keep: float) -> Callable[[Path], None]:
-    def setup(root: Path) -> None:
-        p = root / rel
-        p.write_bytes(p.read_bytes()[: int(p.stat().st_size * keep)])
-
-    return setup
 
 
 def _append(rel: str, text: str) -> Callable[[Path], None]:

@@ -107,7 +107,9 @@ def test_a_list_key_refuses_a_scalar_or_a_mapping_on_one_line(tmp_path):
 
 
 def test_preset_names_and_paths():
-    with pytest.raises(FileNotFoundError, match=r"unknown preset 'nope' for 'acl'.*'quick', 'quick-3domain', 'smoke'"):
+    with pytest.raises(
+        FileNotFoundError, match=r"unknown preset 'nope' for 'acl'.*'quick', 'quick-3domain', 'smoke'"
+    ):
         preset_path("acl", "nope")
     # a value ending in .yaml/.yml is a path, reported as given (not "x.yaml.yaml")
     for name in ("missing.yaml", "dir/missing.yml"):
