@@ -72,8 +72,9 @@ CONFIG = ACLConfig
 # the best checkpoint: the mean meta-validation accuracy of the in-context terms (``_validate``)
 SELECTION = Selection(
     "val_objective",
-    data="meta-validation classes of every training domain (data.sources), fixed episodes; disjoint from "
-    "every test benchmark's classes and concepts (fastweights.data.concepts)",
+    data="meta-validation classes of the first two training domains (data.sources[:2]; the one domain of a "
+    "single-domain run), fixed episodes; disjoint from every test benchmark's classes and concepts "
+    "(fastweights.data.concepts)",
 )
 MODEL_KEY = "model.sequence_layer"  # what `compare --models` varies
 
@@ -103,10 +104,12 @@ def _domain_pools(cfg: ACLConfig) -> list[dict[str, ClassPool]]:
 def _validate(
     model: InContextClassifier, samplers: list[EpisodeSampler], t: ACLTrainConfig, episodes: int, device: Any
 ) -> dict[str, float]:
-    """Meta-validation on the meta-val classes of every domain (``val_objective`` selects the best
-    checkpoint). Two domain-incremental tasks: the forgetting table of the two domains in both orders
-    (one domain: A then B from it); otherwise ``train.num_tasks``-task sequences in both domain orders
-    scored by the mean accuracy over all tasks after the last one (the reference's Split-MNIST
+    """Meta-validation on the meta-val classes of the first two domains of ``data.sources``
+    (``val_objective`` selects the best checkpoint; with a third domain, e.g. ``quick-3domain``, the
+    validation episodes are those of the two-domain presets, so the objectives of both are comparable).
+    Two domain-incremental tasks: the forgetting table of the two domains in both orders (one domain: A
+    then B from it); otherwise ``train.num_tasks``-task sequences in the domain orders of training's first
+    two steps, scored by the mean accuracy over all tasks after the last one (the reference's Split-MNIST
     selection criterion, on meta-validation classes instead of MNIST training images)."""
     common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device)
     if t.num_tasks == 2 and t.scenario == "domain":
