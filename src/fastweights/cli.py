@@ -215,6 +215,12 @@ def _add_recipe(
         metavar="KEY=V1,V2",
         help="one run per value of a config key, e.g. train.acl_loss=true,false (folders KEY_LEAF=VALUE)",
     )
+    which.add_argument(
+        "--presets",
+        default=None,
+        metavar="P1,P2",
+        help="one run per preset, with the same overrides, e.g. quick,quick-3domain (folders: preset names)",
+    )
     co.add_argument(
         "--preset",
         default=preset,
@@ -277,6 +283,9 @@ def _run_recipe(args: argparse.Namespace) -> None:
         models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models is not None else None
         vary = cmp.parse_vary(args.vary) if args.vary is not None else None
         seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+        presets = cmp.parse_presets(args.presets, args.recipe) if args.presets is not None else None
+        if presets is not None and args.run_root is None:
+            root = Path("runs") / f"{args.recipe}-compare-{'-vs-'.join(p.stem for p in presets)}"
         res = cmp.compare(
             args.recipe,
             path,
@@ -287,6 +296,7 @@ def _run_recipe(args: argparse.Namespace) -> None:
             vary=vary,
             seeds=seeds,
             force=args.force,
+            presets=presets,
         )
         print(res["markdown"])
         print(f"comparison: {root / 'comparison.md'}")

@@ -134,3 +134,33 @@ def test_compare_seeds_trains_every_variant_per_seed_and_aggregates(tmp_path, ca
     ]
     assert main(bad) == 2 and "{seed} stands for the training seed of --seeds" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_compare_presets_runs_each_preset_with_the_same_overrides(tmp_path, capsys, data_cache):
+    from fastweights.config import preset_path
+
+    other = tmp_path / "smoke-b.yaml"  # the smoke preset with another learning rate
+    other.write_text(preset_path("acl", "smoke").read_text() + "\n# a second preset\n")
+    root = tmp_path / "presets"
+    args = ["acl", "compare", "--presets", f"smoke,{other}", "--seeds", "0,1", "--run-root", str(root)]
+    assert main([*args, f"data.cache_dir={data_cache}", *_SMALL_ACL, "train.lr=0.002"]) == 0
+    table = json.loads((root / "comparison.json").read_text())
+    runs = ["smoke/seed0", "smoke/seed1", "smoke-b/seed0", "smoke-b/seed1"]
+    assert list(table["results"]) == runs
+    for run in runs:
+        cfg = (root / run / "config.yaml").read_text()
+        assert f"seed: {run[-1]}" in cfg and "lr: 0.002" in cfg
+    assert table["seeds"]["reference"] == "smoke"
+    capsys.readouterr()
+    for bad, says in (
+        ("smoke", "expected two or more distinct presets"),
+        ("smoke,smoke", "expected two or more distinct presets"),
+        ("smoke,nope", "--presets: unknown preset 'nope'"),
+    ):
+        assert main(["acl", "compare", "--presets", bad, "--run-root", str(tmp_path / "z")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("fastweights: error: --presets:") and says in err[0]
+    with pytest.raises(SystemExit) as exit_:  # argparse: the three axes exclude each other
+        main(["acl", "compare", "--presets", "smoke,quick", "--models", "srwm"])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert not (tmp_path / "z").exists()

@@ -216,6 +216,33 @@ def parse_vary(text: str) -> tuple[str, list[str]]:
     return key.strip(), values
 
 
+def parse_presets(text: str, recipe: str) -> list[Path]:
+    """``"quick,quick-3domain"`` → the preset files (names or ``.yaml`` paths, as ``--preset`` takes).
+
+    Raises:
+        ValueError: naming ``--presets`` for fewer than two, repeated or unknown presets, or two whose
+            file names (the run folders) coincide.
+    """
+    from fastweights.config import preset_path
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ValueError(
+            f"--presets: expected two or more distinct presets (e.g. quick,quick-3domain), got {text!r}"
+        )
+    paths = []
+    for n in names:
+        try:
+            paths.append(preset_path(recipe, n))
+        except FileNotFoundError as err:
+            raise ValueError(f"--presets: {str(err).removeprefix('preset: ')}") from None
+    if len({p.stem for p in paths}) != len(paths):
+        raise ValueError(
+            f"--presets: expected presets with distinct file names (they name the run folders), got {names}"
+        )
+    return paths
+
+
 def variants(
     model_key: str,
     models: list[str] | None,
@@ -277,9 +304,11 @@ def compare(
     vary: tuple[str, list[str]] | None = None,
     seeds: list[int] | None = None,
     force: bool = False,
+    presets: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) and evaluate ``preset`` once per sequence layer in ``models`` or once per value of
-    ``vary = (key, values)``.
+    ``vary = (key, values)``, or each preset file of ``presets`` (``preset`` unused; run folders named by
+    the files' stems, e.g. ``quick`` and ``quick-3domain``) with the same overrides.
 
     Runs go to ``run_root/<label>`` (see :func:`variants`); an existing finished run is resumed (nothing
     retrained) and re-evaluated. ``eval.*`` overrides also apply to the evaluation of runs that already
@@ -308,10 +337,19 @@ def compare(
             ``force``), or another process holds ``run_root``.
     """
     module = get_recipe(recipe)
-    runs = [
-        (label, [o])
-        for label, o in variants(module.MODEL_KEY, models, vary, getattr(module, "MODELS", SEQUENCE_LAYERS))
-    ]
+    if presets is not None:
+        if models is not None or vary is not None:
+            raise ValueError("compare: expected one of --models, --vary or --presets, got several")
+        runs = [(p.stem, []) for p in presets]
+        preset_of = {p.stem: p for p in presets}
+    else:
+        runs = [
+            (label, [o])
+            for label, o in variants(
+                module.MODEL_KEY, models, vary, getattr(module, "MODELS", SEQUENCE_LAYERS)
+            )
+        ]
+        preset_of = {label: preset for label, _ in runs}
     given: dict[str, list[str]] = {}  # the user's overrides of each run ({seed} filled in)
     if seeds is not None:
         if (vary is not None and vary[0] == "train.seed") or any(
@@ -324,11 +362,12 @@ def compare(
             for s in seeds
         }
         runs = [(f"{label}/seed{s}", [*o, f"train.seed={s}"]) for label, o in runs for s in seeds]
+        preset_of = {f"{label}/seed{s}": p for label, p in preset_of.items() for s in seeds}
     elif any(SEED_FIELD in o for o in overrides or []):
         raise ValueError(f"overrides: {SEED_FIELD} stands for the training seed of --seeds; give --seeds")
     else:
         given = {label: list(overrides or []) for label, _ in runs}
-    configs = {label: load_config(module.CONFIG, preset, [*given[label], *o]) for label, o in runs}
+    configs = {label: load_config(module.CONFIG, preset_of[label], [*given[label], *o]) for label, o in runs}
     run_root = Path(run_root)
     claims = OutputClaims(run_root, f"{recipe} compare")
     with run_lock(run_root):
