@@ -164,3 +164,19 @@ def test_compare_presets_runs_each_preset_with_the_same_overrides(tmp_path, caps
         main(["acl", "compare", "--presets", "smoke,quick", "--models", "srwm"])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     assert not (tmp_path / "z").exists()
+
+
+def test_a_copied_run_folder_keeps_its_evaluation():
+    from fastweights.recipes.compare import _same_evaluation
+
+    cmd = "fastweights acl eval runs/new/srwm/seed0 --checkpoint best eval.episodes=4"
+    assert _same_evaluation("fastweights acl eval runs/old/seed0 --checkpoint best eval.episodes=4", cmd)
+    for other in (
+        "fastweights acl eval runs/old/seed0 --checkpoint latest eval.episodes=4",
+        "fastweights acl eval runs/old/seed0 --checkpoint best eval.episodes=6",
+        "fastweights acl eval runs/old/seed0 --checkpoint best",
+        "fastweights fewshot eval runs/old/seed0 --checkpoint best eval.episodes=4",
+        "fastweights acl eval 'unclosed",
+        None,
+    ):
+        assert not _same_evaluation(other, cmd)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,11 +270,23 @@ def variants(
     return [(m, f"{model_key}={m}") for m in models]
 
 
+def _same_evaluation(recorded: Any, command: str) -> bool:
+    """Whether two ``fastweights <recipe> eval DIR …`` commands evaluate alike: equal but for ``DIR``, so
+    a run folder that was moved or copied (``cp -a``) keeps its evaluation."""
+    if not isinstance(recorded, str):
+        return False
+    try:
+        a, b = shlex.split(recorded), shlex.split(command)
+    except ValueError:
+        return False
+    return len(a) == len(b) >= 4 and a[:3] == b[:3] and a[4:] == b[4:]
+
+
 def earlier_evaluation(run_dir: Path, command: str) -> dict[str, Any] | None:
     """The run's ``results.json`` when it is still the evaluation ``command`` would make: the same eval
-    command (checkpoint and ``eval.*`` overrides), written after the best checkpoint, and no training
-    logged since (``run.trained_steps`` is the last step of ``metrics.jsonl``); ``None`` otherwise (the
-    run is evaluated again)."""
+    command (checkpoint and ``eval.*`` overrides; the run folder's path may differ, e.g. a copied
+    folder), written after the best checkpoint, and no training logged since (``run.trained_steps`` is
+    the last step of ``metrics.jsonl``); ``None`` otherwise (the run is evaluated again)."""
     path, best = run_dir / "results.json", CheckpointManager(run_dir).path("best")
     if not path.is_file() or not best.is_file() or path.stat().st_mtime < best.stat().st_mtime:
         return None
@@ -284,7 +297,7 @@ def earlier_evaluation(run_dir: Path, command: str) -> dict[str, Any] | None:
         return None
     run = results.get("run", {}) if isinstance(results, dict) else {}
     if (
-        run.get("eval_command") != command
+        not _same_evaluation(run.get("eval_command"), command)
         or not records
         or run.get("trained_steps") != records[-1].get("step")
     ):
