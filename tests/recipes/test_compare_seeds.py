@@ -67,10 +67,22 @@ def test_variants_with_other_seeds_or_metrics_are_refused():
     good = _scores({"a": [1.0, 2.0]})
     with pytest.raises(ValueError, match=r"scores\['b'\]: expected the seeds \[0, 1\]"):
         summarize_seeds({**good, "b": {0: {"acc (%)": Score(1.0)}}})
-    with pytest.raises(ValueError, match=r"scores\['b'\]\[0\]: expected the metrics"):
-        summarize_seeds({**good, "b": {0: {"x": Score(1.0)}, 1: {"x": Score(1.0)}}})
+    with pytest.raises(ValueError, match=r"scores\['b'\]\[1\]: expected the metrics of its seed 0"):
+        summarize_seeds({**good, "b": {0: {"x": Score(1.0)}, 1: {"y": Score(1.0)}}})
     with pytest.raises(ValueError, match="at least one variant"):
         summarize_seeds({})
+
+
+def test_variants_with_other_metrics_are_paired_on_the_common_ones():
+    a = {s: {"shared": Score(v), "only a": Score(1.0)} for s, v in enumerate([80.0, 82.0, 84.0])}
+    b = {s: {"shared": Score(v), "only b": Score(2.0)} for s, v in enumerate([85.0, 88.0, 90.0])}
+    summary = summarize_seeds({"a": a, "b": b})
+    assert summary["metrics"] == ["shared", "only a", "only b"]
+    assert set(summary["variants"]["b"]) == {"shared", "only b"}
+    assert set(summary["paired"]["b"]) == {"shared"}  # +5, +6, +6
+    assert summary["paired"]["b"]["shared"]["verdict"] == "better"
+    md = "\n".join(seed_markdown(summary))
+    assert "| only b | — | 2.00 ± 0.00 | — |" in md and "| only a | 1.00 ± 0.00 | — | — |" in md
 
 
 def test_markdown_says_what_every_plus_minus_is():

@@ -89,42 +89,49 @@ def parse_seeds(text: str) -> list[int]:
 
 def _check_scores(
     scores: Mapping[str, Mapping[int, Mapping[str, Score]]],
-) -> tuple[list[str], list[int], list[str]]:
+) -> tuple[list[str], list[int], dict[str, list[str]]]:
+    """Labels, seeds and each variant's metrics; every variant has the same seeds and, within a variant,
+    every seed the same metrics (variants may differ: e.g. presets with other domains)."""
     labels = list(scores)
     if not labels or not scores[labels[0]]:
         raise ValueError("scores: expected at least one variant with at least one seed, given none")
     seeds = list(scores[labels[0]])
-    metrics = list(scores[labels[0]][seeds[0]])
+    metrics: dict[str, list[str]] = {}
     for label in labels:
         if list(scores[label]) != seeds:
             raise ValueError(f"scores[{label!r}]: expected the seeds {seeds}, given {list(scores[label])}")
+        metrics[label] = list(scores[label][seeds[0]])
         for seed in seeds:
-            if list(scores[label][seed]) != metrics:
+            if list(scores[label][seed]) != metrics[label]:
                 raise ValueError(
-                    f"scores[{label!r}][{seed}]: expected the metrics {metrics}, "
-                    f"given {list(scores[label][seed])}"
+                    f"scores[{label!r}][{seed}]: expected the metrics of its seed {seeds[0]}, "
+                    f"{metrics[label]}, given {list(scores[label][seed])}"
                 )
     return labels, seeds, metrics
 
 
 def summarize_seeds(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> dict[str, Any]:
-    """Aggregate ``scores[variant][seed][metric]`` (every variant with the same seeds and metrics).
+    """Aggregate ``scores[variant][seed][metric]`` (every variant with the same seeds; within a variant
+    every seed with the same metrics).
 
     Returns:
         ``{"seeds", "metrics", "reference", "variants": {variant: {metric: {"mean", "ci95", "per_seed",
-        "within_run"}}}, "paired": {variant: {metric: paired_difference(...)}}}``. ``ci95`` is over
+        "within_run"}}}, "paired": {variant: {metric: paired_difference(...)}}}``. ``metrics`` lists every
+        variant's metrics in first-seen order; a variant's entry holds the metrics it has. ``ci95`` is over
         seeds (NaN for one seed); ``within_run`` is the mean over seeds of each run's own spread (None
         when the recipe reports none); ``paired`` holds every variant but the first (``reference``),
-        differences taken as variant − reference seed by seed.
+        differences taken as variant − reference seed by seed, on the metrics both have.
 
     Raises:
-        ValueError: for no variants, or variants with different seeds or metrics.
+        ValueError: for no variants, variants with different seeds, or seeds of one variant with
+            different metrics.
     """
-    labels, seeds, metrics = _check_scores(scores)
+    labels, seeds, own = _check_scores(scores)
+    metrics = list(dict.fromkeys(m for label in labels for m in own[label]))
     variants: dict[str, Any] = {}
     for label in labels:
         variants[label] = {}
-        for m in metrics:
+        for m in own[label]:
             runs = [scores[label][s][m] for s in seeds]
             mean, ci = t_ci95([r.value for r in runs])
             spreads = [r.spread for r in runs if r.spread is not None]
@@ -142,7 +149,8 @@ def summarize_seeds(scores: Mapping[str, Mapping[int, Mapping[str, Score]]]) -> 
                 [scores[label][s][m].value for s in seeds],
                 higher_is_better=scores[ref][seeds[0]][m].higher_is_better,
             )
-            for m in metrics
+            for m in own[ref]
+            if m in own[label]
         }
         for label in labels[1:]
     }
@@ -165,14 +173,26 @@ def seed_markdown(summary: Mapping[str, Any]) -> list[str]:
     rows = [
         [
             m,
-            *(_pm(v[k][m]["mean"], v[k][m]["ci95"]) for k in v),
-            *(f"{_pm(d[m]['mean'], d[m]['ci95'])} ({d[m]['verdict']})" for d in paired.values()),
+            *(_pm(v[k][m]["mean"], v[k][m]["ci95"]) if m in v[k] else "—" for k in v),
+            *(
+                f"{_pm(d[m]['mean'], d[m]['ci95'])} ({d[m]['verdict']})" if m in d else "—"
+                for d in paired.values()
+            ),
         ]
         for m in metrics
     ]
-    per_seed = [[m, *(f"{v[k][m]['per_seed'][str(s)]:.2f}" for k in v for s in seeds)] for m in metrics]
+    per_seed = [
+        [m, *(f"{v[k][m]['per_seed'][str(s)]:.2f}" if m in v[k] else "—" for k in v for s in seeds)]
+        for m in metrics
+    ]
     within = [
-        [m, *("—" if v[k][m]["within_run"] is None else f"± {v[k][m]['within_run']:.2f}" for k in v)]
+        [
+            m,
+            *(
+                "—" if m not in v[k] or v[k][m]["within_run"] is None else f"± {v[k][m]['within_run']:.2f}"
+                for k in v
+            ),
+        ]
         for m in metrics
     ]
     return [
