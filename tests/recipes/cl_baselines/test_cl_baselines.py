@@ -437,6 +437,8 @@ def test_acl_names_are_the_shortest_distinct_path_tails(tmp_path):
     assert acl_names([root / "acl-cross", root / "acl-5task"]) == ["acl-cross", "acl-5task"]
     seeds = [root / "q" / "acl_loss=true" / "seed0", root / "q" / "acl_loss=false" / "seed0"]
     assert acl_names(seeds) == ["acl_loss=true/seed0", "acl_loss=false/seed0"]
+    one_group = [root / "x" / "srwm" / f"seed{k}" for k in range(3)]  # the seed folder keeps its group
+    assert acl_names(one_group) == ["srwm/seed0", "srwm/seed1", "srwm/seed2"]
     with pytest.raises(ValueError, match="^--acl: expected distinct folders"):
         acl_names([root / "a", root / "x" / ".." / "a"])
 

@@ -293,13 +293,15 @@ def acl_names(acl_dirs: list[Path]) -> list[str]:
     if len(set(paths)) != len(paths):
         raise ValueError(f"--acl: expected distinct folders, given {[str(a) for a in acl_dirs]}")
     for n in range(1, max(len(p.parts) for p in paths) + 1):
-        names = ["/".join(p.parts[-n:]) for p in paths]
+        # a seed folder keeps its group's name (``srwm/seed0``, not ``seed0``): seed_groups needs it
+        names = ["/".join(p.parts[-(n + 1 if n == 1 and _SEED_FOLDER.match(p.name) else n) :]) for p in paths]
         if len(set(names)) == len(names):
             return names
     return [str(p) for p in paths]
 
 
 _SEED_NAME = re.compile(r"^(.*)/seed(\d+)$")
+_SEED_FOLDER = re.compile(r"^seed\d+$")
 
 
 def seed_groups(acl_models: dict[str, Any]) -> dict[str, list[str]]:
