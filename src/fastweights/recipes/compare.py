@@ -28,7 +28,7 @@ import numpy as np
 
 from fastweights.checks import MAX_SEED
 from fastweights.cl.metrics import paired_difference, t_ci95
-from fastweights.config import load_config
+from fastweights.config import load_config, preset_path
 from fastweights.io import atomic_write_json, atomic_write_text, read_jsonl
 from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.recipes.contract import eval_command, get_recipe
@@ -244,8 +244,6 @@ def parse_presets(text: str, recipe: str) -> list[Path]:
         ValueError: naming ``--presets`` for fewer than two, repeated or unknown presets, or two whose
             file names (the run folders) coincide.
     """
-    from fastweights.config import preset_path
-
     names = [n.strip() for n in text.split(",") if n.strip()]
     if len(names) < 2 or len(set(names)) != len(names):
         raise ValueError(

@@ -196,7 +196,10 @@ def _largest_size(cfg: Any) -> str:
     if section is None or not hasattr(section, "__dataclass_fields__"):
         return "model"
     sizes = [(v, k) for k, v in vars(section).items() if isinstance(v, int) and not isinstance(v, bool)]
-    return f"model.{max(sizes)[1]}={max(sizes)[0]}" if sizes else "model"
+    if not sizes:
+        return "model"
+    value, key = max(sizes)
+    return f"model.{key}={value}"
 
 
 def check_model_memory(

@@ -280,6 +280,10 @@ def _earlier_comparison(out_dir: Path, run_dir: Path) -> bool:
     return set(others) <= known and Path(recorded).resolve() == run_dir.resolve()
 
 
+_SEED_NAME = re.compile(r"^(.*)/seed(\d+)$")
+_SEED_FOLDER = re.compile(r"^seed\d+$")
+
+
 def acl_names(acl_dirs: list[Path]) -> list[str]:
     """A name per ACL folder: the shortest path tail that tells them apart (``acl-cross``; for the run
     folders of ``compare --seeds``, e.g. ``acl_loss=true/seed0`` and ``acl_loss=false/seed0``).
@@ -298,10 +302,6 @@ def acl_names(acl_dirs: list[Path]) -> list[str]:
         if len(set(names)) == len(names):
             return names
     return [str(p) for p in paths]
-
-
-_SEED_NAME = re.compile(r"^(.*)/seed(\d+)$")
-_SEED_FOLDER = re.compile(r"^seed\d+$")
 
 
 def seed_groups(acl_models: dict[str, Any]) -> dict[str, list[str]]:
