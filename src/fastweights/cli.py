@@ -41,6 +41,14 @@ _RECIPE_HELP = {
 # recipe -> deprecated spelling of `compare --models` (hidden; kept for one release)
 _DEPRECATED_MODELS_FLAG = {"lm": "--mixers"}
 _EVAL_EXAMPLE = {"acl": "eval.split_runs=2", "lm": "eval.windows=64", "rl": "eval.episodes=40"}
+# recipe -> (a `compare --vary` example, a `compare --presets` example) of its own keys and presets
+_COMPARE_EXAMPLES = {
+    "acl": ("train.acl_loss=true,false", "quick,quick-3domain"),
+    "fewshot": ("train.k_shot=1,5", "smoke,quick"),
+    "sequential": ("train.lr=1e-3,3e-4", "quick,quick-emoji"),
+    "lm": ("train.lr=3e-3,1e-3", "smoke,tiny"),
+    "rl": ("train.lr=6e-4,3e-4", "smoke,quick"),
+}
 _EXPORT_HELP = {
     "lm": "config.json + model.safetensors (CausalLM.from_pretrained)",
 }
@@ -71,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         help="metrics.jsonl field to plot (default val_objective: the best checkpoint's selection metric)",
     )
     cu.add_argument("--x", choices=["minutes", "step"], default="minutes", help="x axis")
+    bu = verbs["acl"].add_parser(
+        "budget",
+        help="budget curves: split-benchmark accuracy of evaluated runs vs meta-training steps, per setting",
+    )
+    bu.add_argument("run_dirs", type=Path, nargs="+", help="evaluated ACL run folders (with results.json)")
+    bu.add_argument("--out", type=Path, required=True, help="output folder (budget.md, budget.json, plots/)")
+    _add_force(bu, "replace output files in --out that `acl budget` did not write")
     ge = verbs["lm"].add_parser(
         "generate", help="continue a prompt with a trained model (prefill + cached decode)"
     )
@@ -213,13 +228,14 @@ def _add_recipe(
         "--vary",
         default=None,
         metavar="KEY=V1,V2",
-        help="one run per value of a config key, e.g. train.acl_loss=true,false (folders KEY_LEAF=VALUE)",
+        help=f"one run per value of a config key, e.g. {_COMPARE_EXAMPLES[name][0]} (folders KEY_LEAF=VALUE)",
     )
     which.add_argument(
         "--presets",
         default=None,
         metavar="P1,P2",
-        help="one run per preset, with the same overrides, e.g. quick,quick-3domain (folders: preset names)",
+        help=f"one run per preset, with the same overrides, e.g. {_COMPARE_EXAMPLES[name][1]} "
+        "(folders: preset names)",
     )
     co.add_argument(
         "--preset",
@@ -271,6 +287,11 @@ def _run_recipe(args: argparse.Namespace) -> None:
     elif args.verb == "curves":
         labels = args.labels.split(",") if args.labels else None
         print(module.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))  # type: ignore[attr-defined]
+    elif args.verb == "budget":
+        from fastweights.recipes.acl.budget import budget_report
+
+        budget_report(args.run_dirs, args.out, force=args.force, command=command_line())
+        print(f"budget curves of {len(args.run_dirs)} runs: {args.out / 'budget.md'}")
     elif args.verb == "export":
         path = module.export(args.run_dir, args.out_dir, which=args.checkpoint, force=args.force)
         size = f" ({path.stat().st_size / 1e6:.1f} MB)" if path.is_file() else ""
