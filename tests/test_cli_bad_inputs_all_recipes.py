@@ -48,6 +48,14 @@ class Case:
     unwritable: list[str] = field(default_factory=list)  # paths (relative to the copy) made unwritable
 
 
+def _edit_json(rel: str, **values: object) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        p = root / rel
+        p.write_text(json.dumps({**json.loads(p.read_text()), **values}))
+
+    return setup
+
+
 def _append(rel: str, text: str) -> Callable[[Path], None]:
     def setup(root: Path) -> None:
         p = root / rel
@@ -161,6 +169,12 @@ CASES = [
         ["lm", "generate", "{root}/lmexport", "--prompt", "the"],
         r"lmexport/config\.json: damaged",
         _truncate("lmexport/config.json", 0.5),
+    ),
+    Case(
+        "lm-generate-export-config-json-huge",
+        ["lm", "generate", "{root}/lmexport", "--prompt", "the"],
+        r"lmexport/config\.json: d_ff=1000000000000: the saved model's parameters \(fp32\) need at least",
+        _edit_json("lmexport/config.json", d_ff=10**12),
     ),
     # --- 2. compare never replaces a file it did not write (every recipe's compare is the same code)
     *[

@@ -488,6 +488,7 @@ class CausalLM(nn.Module):
                 raise ValueError(
                     f"{folder / CONFIG_FILE}: torch_dtype: expected a torch dtype name, got {saved_dtype!r}"
                 )
+        _check_saved_size(cfg, folder / CONFIG_FILE, map_location)
         try:
             sd = load((folder / WEIGHTS_FILE).read_bytes())
         except Exception as err:  # SafetensorError (truncated, garbage) and friends: one line naming the file
@@ -511,6 +512,27 @@ class CausalLM(nn.Module):
         if cfg.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
         return model.to(device=map_location, dtype=dtype)
+
+
+def _check_saved_size(cfg: LMConfig, config_path: Path, device: str | torch.device) -> None:
+    """Refuse a saved config whose model cannot fit into the memory of ``device`` before it is built: the
+    parameters are counted on PyTorch's ``meta`` device (shapes only).
+
+    Raises:
+        ValueError: naming ``config_path`` and its largest size field, the bytes needed and the memory there
+            is (:func:`fastweights.resources.check_fits`).
+    """
+    from fastweights.resources import check_fits
+
+    sizes = [(v, k) for k, v in asdict(cfg).items() if is_int(v) and not isinstance(v, bool)]
+    key = f"{config_path}: {max(sizes)[1]}={max(sizes)[0]}" if sizes else str(config_path)
+    try:
+        with torch.device("meta"):
+            meta = CausalLM(cfg)
+    except (RuntimeError, OverflowError, MemoryError):  # a size beyond what even shapes can count
+        raise ValueError(f"{key}: the model's sizes are too large to build; reduce them") from None
+    size = sum(t.numel() * t.element_size() for t in [*meta.parameters(), *meta.buffers()])
+    check_fits(key, size, "the saved model's parameters (fp32)", device, hint="is this config.json damaged?")
 
 
 @torch.no_grad()
