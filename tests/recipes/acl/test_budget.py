@@ -20,9 +20,18 @@ THREE = [*TWO, "Handwriting"]
 
 
 def _run(
-    root: Path, name: str, *, sources: list[str], steps: int, seed: int, acc: float, layer: str = "srwm"
+    root: Path,
+    name: str,
+    *,
+    sources: list[str],
+    steps: int,
+    seed: int,
+    acc: float,
+    layer: str = "srwm",
+    init_from: str = "",
 ) -> Path:
-    """A fake evaluated ACL run folder: results.json (two split metrics + selection) and config.yaml."""
+    """A fake evaluated ACL run folder: results.json (two split metrics + selection), config.yaml and a
+    metrics.jsonl ending at ``steps``."""
     d = root / name
     d.mkdir(parents=True)
     split = {
@@ -35,8 +44,12 @@ def _run(
         "sequence_layer": layer,
         "selected_on": {"metric": "val_objective", "value": acc},
     }
+    stage = "5-task meta-finetuning (domain-incremental)" if init_from else "2-task meta-training"
+    run["stage"] = stage
     (d / "results.json").write_text(json.dumps({"run": run, "split": split}))
-    (d / "config.yaml").write_text(f"name: quick\ntrain:\n  seed: {seed}\n")
+    init = f"  init_from: {init_from}\n" if init_from else ""
+    (d / "config.yaml").write_text(f"name: quick\ntrain:\n  seed: {seed}\n{init}")
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": k}) + "\n" for k in (steps // 2, steps)))
     return d
 
 
@@ -75,9 +88,24 @@ def test_layer_named_when_runs_differ_in_it(tmp_path: Path) -> None:
     ]
     table = budget_report(runs, tmp_path / "out")["table"]
     assert set(table["Split-Digits/domain"]) == {
-        "FontGlyphs + EmojiImages [srwm]",
-        "FontGlyphs + EmojiImages [deltanet]",
+        "FontGlyphs + EmojiImages · srwm",
+        "FontGlyphs + EmojiImages · deltanet",
     }
+
+
+def test_a_finetuned_run_counts_the_steps_of_the_run_it_started_from(tmp_path: Path) -> None:
+    first = _run(tmp_path, "two", sources=TWO, steps=3000, seed=0, acc=0.7)
+    ckpt = first / "checkpoints" / "best.pt"
+    five = _run(tmp_path, "five", sources=TWO, steps=1500, seed=0, acc=0.8, init_from=str(ckpt))
+    assert read_budget_run(five)["steps"] == 4500
+    table = budget_report([first, five], tmp_path / "out")["table"]
+    assert set(table["Split-Digits/domain"]) == {  # the stages differ: named
+        "FontGlyphs + EmojiImages · 2-task meta-training",
+        "FontGlyphs + EmojiImages · 5-task meta-finetuning (domain-incremental)",
+    }
+    (first / "metrics.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match=r"train\.init_from=.*best\.pt: no .*metrics\.jsonl"):
+        read_budget_run(five)
 
 
 def test_rerun_replaces_its_own_outputs_but_not_the_users(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """``fastweights acl budget``: budget curves — the split-benchmark accuracy of evaluated ACL runs against
-their meta-training steps, one line per setting (the meta-training domains, and the sequence layer
-where runs differ in it), mean ± 95% CI over the training seeds at each budget.
+their meta-training steps, one line per setting (the meta-training domains, and the sequence layer and
+training stage where runs differ in them), mean ± 95% CI over the training seeds at each budget. A run
+started from another run's checkpoint (``train.init_from``, e.g. the 5-task meta-finetuning) counts that
+run's steps in its budget.
 
 This is the evidence of whether more meta-training compute closes a gap (e.g. to a classic baseline):
 it reads each run's ``results.json`` (written by ``acl train --eval``, ``acl eval`` or ``acl compare``)
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fastweights.cl.metrics import t_ci95
-from fastweights.io import atomic_write_json, atomic_write_text, read_json
+from fastweights.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from fastweights.recipes.reporting import md_table
 from fastweights.train.run_folder import OutputClaims, run_lock
 
@@ -40,16 +42,20 @@ _SCENARIOS = {
 
 
 def read_budget_run(run_dir: Path) -> dict[str, Any]:
-    """One evaluated ACL run: ``{"run_dir", "setting", "steps", "seed", "metrics", "chance"}``.
+    """One evaluated ACL run: ``{"run_dir", "setting", "parts", "steps", "seed", "metrics", "chance"}``.
 
-    ``setting`` is the meta-training domains joined by `` + `` (e.g. ``FontGlyphs + EmojiImages``), with
-    the sequence layer appended in brackets; ``steps`` the trained meta-training steps; ``seed`` the
-    training seed (None when ``results.json`` and the run's ``config.yaml`` do not say); ``metrics`` maps
-    ``"<benchmark>/<scenario>"`` and :data:`SELECTION_KEY` to fractions in [0, 1]; ``chance`` maps the
-    split metrics to their chance level.
+    ``parts`` are the meta-training domains joined by `` + `` (e.g. ``FontGlyphs + EmojiImages``), the
+    sequence layer and the training stage (e.g. ``5-task meta-finetuning (domain-incremental)``);
+    ``setting`` joins them (:func:`budget_report` keeps only the parts in which the runs differ).
+    ``steps`` is the meta-training budget: the run's trained steps plus, for a run started from another
+    run's checkpoint (``train.init_from``), that run's budget, recursively. ``seed`` is the training seed
+    (None when the run's ``config.yaml`` does not say); ``metrics`` maps ``"<benchmark>/<scenario>"``
+    and :data:`SELECTION_KEY` to fractions in [0, 1]; ``chance`` maps the split metrics to their chance
+    level.
 
     Raises:
-        FileNotFoundError: ``run_dir/results.json`` is missing (the run was not evaluated).
+        FileNotFoundError: ``run_dir/results.json`` is missing (the run was not evaluated), or the run's
+            ``train.init_from`` checkpoint has no run folder with a ``metrics.jsonl`` (naming both).
         ValueError: ``results.json`` is damaged or not an ACL run's results (naming the file and field).
     """
     path = Path(run_dir) / "results.json"
@@ -58,7 +64,7 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
         run = res["run"]
         steps = int(run["trained_steps"])
         sources = [str(s) for s in run["sources"]]
-        layer = str(run["sequence_layer"])
+        parts = [" + ".join(sources), str(run["sequence_layer"]), str(run.get("stage", ""))]
         split = res["split"]
         metrics = {name: float(r["ACC"]["mean"]) for name, r in split.items()}
         chance = {name: float(r["chance"]) for name, r in split.items()}
@@ -70,32 +76,52 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     selected = run.get("selected_on")
     if isinstance(selected, dict) and isinstance(selected.get("value"), (int, float)):
         metrics[SELECTION_KEY] = float(selected["value"])
+    train = _train_config(Path(run_dir))
     return {
         "run_dir": str(run_dir),
-        "setting": f"{' + '.join(sources)} [{layer}]",
-        "steps": steps,
-        "seed": _seed(Path(run_dir)),
+        "setting": " · ".join(p for p in parts if p),
+        "parts": parts,
+        "steps": steps + _init_budget(Path(run_dir), train.get("init_from")),
+        "seed": train.get("seed") if isinstance(train.get("seed"), int) else None,
         "metrics": metrics,
         "chance": chance,
     }
 
 
-def _seed(run_dir: Path) -> int | None:
-    """The training seed from the run's ``config.yaml`` (None when there is none to read)."""
+def _train_config(run_dir: Path) -> dict[str, Any]:
+    """The ``train`` section of the run's ``config.yaml`` (empty when there is none to read)."""
     import yaml
 
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-        return int(cfg["train"]["seed"])
-    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
-        return None
+        train = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["train"]
+    except (OSError, TypeError, KeyError, yaml.YAMLError):
+        return {}
+    return train if isinstance(train, dict) else {}
 
 
-def _drop_layer(runs: list[dict[str, Any]]) -> None:
-    """Remove the `` [layer]`` suffix from the settings when every run has the same sequence layer."""
-    if len({r["setting"].rsplit(" [", 1)[1] for r in runs}) == 1:
-        for r in runs:
-            r["setting"] = r["setting"].rsplit(" [", 1)[0]
+def _init_budget(run_dir: Path, init_from: Any, depth: int = 0) -> int:
+    """The meta-training steps behind ``init_from`` (a checkpoint in another run's ``checkpoints/``): the
+    last step of that run's ``metrics.jsonl``, plus its own ``init_from``'s, recursively; 0 without one."""
+    if not init_from or depth > 16:
+        return 0
+    ckpt = Path(str(init_from))
+    source = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    log = source / "metrics.jsonl"
+    if not log.is_file():
+        raise FileNotFoundError(
+            f"{run_dir}/config.yaml: train.init_from={init_from}: no {log}; the steps of the run a model "
+            "starts from are part of its budget (run from the folder the path is relative to)"
+        )
+    records = [r for r in read_jsonl(log) if isinstance(r.get("step"), int)]
+    own = records[-1]["step"] if records else 0
+    return own + _init_budget(source, _train_config(source).get("init_from"), depth + 1)
+
+
+def _shorten_settings(runs: list[dict[str, Any]]) -> None:
+    """Keep in each run's setting only the parts in which the runs differ (the domains always)."""
+    varying = [i == 0 or len({r["parts"][i] for r in runs}) > 1 for i in range(3)]
+    for r in runs:
+        r["setting"] = " · ".join(p for p, keep in zip(r["parts"], varying, strict=True) if keep and p)
 
 
 def _aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
@@ -238,7 +264,7 @@ def budget_report(
     if not run_dirs:
         raise ValueError("run_dirs: expected at least one evaluated ACL run folder, given none")
     runs = [read_budget_run(Path(d)) for d in run_dirs]  # bad input fails before anything is written
-    _drop_layer(runs)
+    _shorten_settings(runs)
     _check_seeds(runs)
     table = _aggregate(runs)
     chance: dict[str, float] = {}
