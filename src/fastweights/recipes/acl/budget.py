@@ -188,8 +188,9 @@ def _markdown(table: dict[str, Any], command: str | None) -> str:
         lines += [f"Command: `{command}`", ""]
     lines += [
         "Accuracy (%) of each setting's best checkpoint (selected on meta-validation) after each "
-        "meta-training budget: mean ± 95% CI over the training seeds (Student t), per-seed values in "
-        "brackets. Split benchmarks: ACC after the last task, averaged over the demonstration draws.",
+        "meta-training budget (steps, those of the run a model started from included): mean ± 95% CI "
+        "over the training seeds (Student t), the per-seed values in parentheses. Split benchmarks: ACC "
+        "after the last task, averaged over the demonstration draws.",
         "",
     ]
     for metric, by_setting in table.items():
