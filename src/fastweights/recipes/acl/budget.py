@@ -240,6 +240,9 @@ def _plot(table: dict[str, Any], chance: dict[str, float], bench: str, path: Pat
         if metric in chance:
             ax.axhline(100 * chance[metric], color="gray", linestyle="--", linewidth=1.0, label="chance")
         ax.set_xscale("log")
+        budgets = sorted({n for cells in table[metric].values() for n in cells})
+        ax.set_xticks(budgets, [f"{n:,}" for n in budgets])  # the budgets measured, not powers of 10
+        ax.minorticks_off()
         ax.set_xlabel("meta-training steps")
         ax.set_ylabel("ACC (%)")
         ax.set_title(_title(metric), fontsize=10)
