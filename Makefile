@@ -16,8 +16,8 @@ $(STAMP): requirements.txt pyproject.toml scripts/setup.sh
 setup: $(STAMP)
 
 # The shipped models evaluated by `make demo` (each in runs/<name>-pretrained/): the cross-domain 2-task
-# model and the two 5-task meta-finetuned ones (domain- and class-incremental), seed 0 of the three-seed
-# runs in docs/results.md, meta-trained without the test benchmarks' concepts. The evaluation is seeded
+# model and the two 5-task meta-finetuned ones (domain- and class-incremental), each chosen on
+# meta-validation and meta-trained without the test benchmarks' concepts. The evaluation is seeded
 # (the same episodes and demonstration draws every time): docs/results.md, summary row "shipped models".
 PRETRAINED ?= acl-cross acl-5task-domain acl-5task-class
 
