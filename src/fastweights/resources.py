@@ -1,10 +1,10 @@
 """What a run may ask of this machine: its memory, and the one-line refusal of a size that cannot fit.
 
 Sizes are refused before anything is allocated (a model's parameters are counted on PyTorch's ``meta``
-device by :func:`fastweights.recipes.run.check_model_memory`; image pools are estimated from their
-config by :func:`fastweights.data.registry.load_pools_for`), so a size such as
-``model.d_ff=1000000000000`` is one clear error naming the key, the estimate and the limit instead of an
-allocator's traceback after the run folder was written.
+device by :func:`model_memory`, for a run by :func:`fastweights.recipes.run.check_model_memory`;
+image pools are estimated from their config by :func:`fastweights.data.registry.load_pools_for`), so
+a size such as ``model.d_ff=1000000000000`` is one clear error naming the key, the estimate and the
+limit instead of an allocator's traceback after the run folder was written.
 
 Bottom floor, like :mod:`fastweights.checks`: importing it does not import torch.
 """
@@ -12,10 +12,11 @@ Bottom floor, like :mod:`fastweights.checks`: importing it does not import torch
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["memory_limit", "format_bytes", "check_fits"]
+__all__ = ["memory_limit", "format_bytes", "check_fits", "model_memory"]
 
 # cgroup memory limits (a container's share of the machine): v2, then v1
 _CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
@@ -103,3 +104,24 @@ def check_fits(key: str, estimate: int, what: str, device: Any = "cpu", *, hint:
         f"{key}: {what} need at least {format_bytes(estimate)}, more than the {format_bytes(limit[0])} of "
         f"{limit[1]}{'; ' + hint if hint else ''}"
     )
+
+
+def model_memory(build: Callable[[Any], Any], cfg: Any) -> tuple[int, int] | None:
+    """``(parameters, bytes)`` of ``build(cfg)``'s parameters and buffers (a ``torch.nn.Module``), counted
+    on PyTorch's ``meta`` device (shapes only: nothing is allocated, whatever the sizes). ``(-1, -1)``:
+    too large to even count (a tensor of more than 2^63 bytes); ``None`` when the model cannot be built
+    on ``meta`` for another reason (the real build then reports it)."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = build(cfg)
+    except MemoryError:  # a tensor the build makes on a fixed device, too large for it
+        return (-1, -1)
+    except (RuntimeError, OverflowError) as err:
+        text = str(err).lower()
+        return (-1, -1) if "overflow" in text or "allocate" in text else None
+    except Exception:  # e.g. an optional package missing: not a size problem, the real build says it
+        return None
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(p.numel() for p in model.parameters()), sum(t.numel() * t.element_size() for t in tensors)

@@ -522,17 +522,17 @@ def _check_saved_size(cfg: LMConfig, config_path: Path, device: str | torch.devi
         ValueError: naming ``config_path`` and its largest size field, the bytes needed and the memory there
             is (:func:`fastweights.resources.check_fits`).
     """
-    from fastweights.resources import check_fits
+    from fastweights.resources import check_fits, model_memory
 
-    sizes = [(v, k) for k, v in asdict(cfg).items() if is_int(v) and not isinstance(v, bool)]
+    sizes = [(v, k) for k, v in asdict(cfg).items() if is_int(v)]
     key = f"{config_path}: {max(sizes)[1]}={max(sizes)[0]}" if sizes else str(config_path)
-    try:
-        with torch.device("meta"):
-            meta = CausalLM(cfg)
-    except (RuntimeError, OverflowError, MemoryError):  # a size beyond what even shapes can count
-        raise ValueError(f"{key}: the model's sizes are too large to build; reduce them") from None
-    size = sum(t.numel() * t.element_size() for t in [*meta.parameters(), *meta.buffers()])
-    check_fits(key, size, "the saved model's parameters (fp32)", device, hint="is this config.json damaged?")
+    found = model_memory(CausalLM, cfg)
+    if found is None:  # not a size problem: the real build reports it
+        return
+    if found[0] < 0:  # a size beyond what even shapes can count
+        raise ValueError(f"{key}: the model's sizes are too large to build; reduce them")
+    what = "the saved model's parameters (fp32)"
+    check_fits(key, found[1], what, device, hint="is this config.json damaged?")
 
 
 @torch.no_grad()

@@ -29,7 +29,7 @@ from fastweights.config import (
 from fastweights.io import atomic_write_bytes, atomic_write_text, read_jsonl
 from fastweights.recipes.contract import Selection
 from fastweights.recipes.reporting import save_evaluation
-from fastweights.resources import check_fits
+from fastweights.resources import check_fits, model_memory
 from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import StateAccessors, fit, resume_fallback_hint
@@ -169,25 +169,6 @@ def _check_resumable(
             "without --resume to start over, or choose another folder)"
         )
     ckpt.verify("latest", fallback_hint=resume_fallback_hint(ckpt))  # before anything is written
-
-
-def model_memory(build: Callable[[Any], torch.nn.Module], cfg: Any) -> tuple[int, int] | None:
-    """``(parameters, bytes)`` of ``build(cfg)``'s parameters and buffers, counted on PyTorch's ``meta``
-    device (shapes only: nothing is allocated, whatever the sizes). ``(-1, -1)``: too large to even
-    count (a tensor of more than 2^63 bytes); ``None`` when the model cannot be built on ``meta`` for
-    another reason (the real build then reports it)."""
-    try:
-        with torch.device("meta"):
-            model = build(cfg)
-    except MemoryError:  # a tensor the build makes on a fixed device, too large for it
-        return (-1, -1)
-    except (RuntimeError, OverflowError) as err:
-        text = str(err).lower()
-        return (-1, -1) if "overflow" in text or "allocate" in text else None
-    except Exception:  # e.g. an optional package missing: not a size problem, the real build says it
-        return None
-    tensors = [*model.parameters(), *model.buffers()]
-    return sum(p.numel() for p in model.parameters()), sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _largest_size(cfg: Any) -> str:

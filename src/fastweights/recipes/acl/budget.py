@@ -19,7 +19,6 @@ per benchmark, one panel per scenario, the chance level dashed).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -175,14 +174,18 @@ def _check_seeds(runs: list[dict[str, Any]]) -> None:
 
 
 def _cell(c: dict[str, Any]) -> str:
-    seeds = len(c["values"])
-    per = ", ".join(f"{v:.1f}" for v in c["values"])
     if c["ci95"] is None:
         return f"{c['mean']:.1f} (1 seed)"
-    return f"{c['mean']:.1f} ± {c['ci95']:.1f} ({seeds} seeds: {per})"
+    per = ", ".join(f"{v:.1f}" for v in c["values"])
+    return f"{c['mean']:.1f} ± {c['ci95']:.1f} ({len(c['values'])} seeds: {per})"
 
 
-def _markdown(table: dict[str, Any], command: str | None) -> str:
+def _budgets(by_setting: dict[str, dict[int, Any]]) -> list[int]:
+    """The budgets (steps) measured for one metric, over every setting, ascending."""
+    return sorted({n for cells in by_setting.values() for n in cells})
+
+
+def _markdown(table: dict[str, Any], benches: list[str], command: str | None) -> str:
     lines = ["# ACL budget curves", ""]
     if command:
         lines += [f"Command: `{command}`", ""]
@@ -194,14 +197,13 @@ def _markdown(table: dict[str, Any], command: str | None) -> str:
         "",
     ]
     for metric, by_setting in table.items():
-        budgets = sorted({s for cells in by_setting.values() for s in cells})
+        budgets = _budgets(by_setting)
         header = ["setting", *[f"{s:,} steps" for s in budgets]]
         rows = [
             [setting, *[_cell(cells[s]) if s in cells else "—" for s in budgets]]
             for setting, cells in by_setting.items()
         ]
         lines += [f"## {_title(metric)}", "", *md_table(header, rows), ""]
-    benches = dict.fromkeys(m.rpartition("/")[0] for m in table if m != SELECTION_KEY)
     lines += ["## Plots", "", *[f"![{b}](plots/{_plot_name(b)})" for b in benches], ""]
     return "\n".join(lines)
 
@@ -240,7 +242,7 @@ def _plot(table: dict[str, Any], chance: dict[str, float], bench: str, path: Pat
         if metric in chance:
             ax.axhline(100 * chance[metric], color="gray", linestyle="--", linewidth=1.0, label="chance")
         ax.set_xscale("log")
-        budgets = sorted({n for cells in table[metric].values() for n in cells})
+        budgets = _budgets(table[metric])
         ax.set_xticks(budgets, [f"{n:,}" for n in budgets])  # the budgets measured, not powers of 10
         ax.minorticks_off()
         ax.set_xlabel("meta-training steps")
@@ -274,18 +276,18 @@ def budget_report(
     chance: dict[str, float] = {}
     for r in runs:
         chance.update(r["chance"])
-    markdown = _markdown(table, command)
     benches = sorted({m.rpartition("/")[0] for m in table if m != SELECTION_KEY})
+    markdown = _markdown(table, benches, command)
+    as_json = {m: {s: {str(n): v for n, v in c.items()} for s, c in t.items()} for m, t in table.items()}
     names = ["budget.json", "budget.md", *[f"plots/{_plot_name(b)}" for b in benches]]
     out_dir = Path(out_dir)
     claims = OutputClaims(out_dir, "acl budget")
-    with run_lock(out_dir), contextlib.ExitStack() as stack:
-        claims.check(names, force=force)
-        stage = stack.enter_context(claims.staging())
-        as_json = {m: {s: {str(n): v for n, v in c.items()} for s, c in t.items()} for m, t in table.items()}
-        atomic_write_json(stage / "budget.json", {"command": command, "table": as_json})
-        atomic_write_text(stage / "budget.md", markdown)
-        for bench in benches:
-            _plot(table, chance, bench, stage / "plots" / _plot_name(bench))
-        files = claims.publish(stage, force=force)
+    with run_lock(out_dir):
+        claims.check(names, force=force)  # before anything is staged
+        with claims.staging() as stage:
+            atomic_write_json(stage / "budget.json", {"command": command, "table": as_json})
+            atomic_write_text(stage / "budget.md", markdown)
+            for bench in benches:
+                _plot(table, chance, bench, stage / "plots" / _plot_name(bench))
+            files = claims.publish(stage, force=force)
     return {"table": table, "markdown": markdown, "files": files}

@@ -62,7 +62,7 @@ MINI_WAYS = 2  # classes per task
 @functools.lru_cache(maxsize=2)
 def _encoder(name: str, weights: str) -> FrozenEncoder:
     # on the CPU even when the caller builds its model on another default device (the `meta` device of
-    # recipes.run.model_memory): the cached encoder is the real one
+    # resources.model_memory): the cached encoder is the real one
     with torch.device("cpu"):
         return build_frozen_encoder(name, weights or None)
 
