@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-from scipy.stats import t as student_t
 
 from fastweights.cli import main
 from fastweights.recipes.acl.budget import SELECTION_KEY, budget_report, read_budget_run
@@ -29,6 +28,7 @@ def _run(
     acc: float,
     layer: str = "srwm",
     init_from: str = "",
+    acl_loss: bool = True,
 ) -> Path:
     """A fake evaluated ACL run folder: results.json (two split metrics + selection), config.yaml and a
     metrics.jsonl ending at ``steps``."""
@@ -43,6 +43,7 @@ def _run(
         "sources": sources,
         "sequence_layer": layer,
         "selected_on": {"metric": "val_objective", "value": acc},
+        "acl_loss": acl_loss,
     }
     stage = "5-task meta-finetuning (domain-incremental)" if init_from else "2-task meta-training"
     run["stage"] = stage
@@ -68,7 +69,7 @@ def test_groups_by_setting_and_budget_with_t_ci(tmp_path: Path) -> None:
     three = "FontGlyphs + EmojiImages + Handwriting"
     cell = table["Split-Digits/domain"][two][3000]
     values = [70.0, 80.0, 75.0]
-    half = student_t.ppf(0.975, 2) * 5.0 / math.sqrt(3)  # sample std of 70, 80, 75 is 5
+    half = 4.302653 * 5.0 / math.sqrt(3)  # t(0.975, 2 dof); the sample std of 70, 80, 75 is 5
     assert cell["values"] == pytest.approx(values) and cell["seeds"] == [0, 1, 2]
     assert cell["mean"] == pytest.approx(75.0) and cell["ci95"] == pytest.approx(half)
     assert table["Split-Digits/domain"][two][9000]["ci95"] is None  # one seed: no interval
@@ -79,6 +80,13 @@ def test_groups_by_setting_and_budget_with_t_ci(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "plots" / "budget_split_digits.png").stat().st_size > 1000
     doc = json.loads((tmp_path / "out" / "budget.json").read_text())
     assert doc["table"]["Split-Digits/domain"][two]["9000"]["mean"] == pytest.approx(85.0)
+    assert doc["runs"][3] == {
+        "run_dir": str(runs[3]),
+        "setting": two,
+        "seed": 0,
+        "steps": 9000,
+        "init_steps": 0,
+    }
 
 
 def test_layer_named_when_runs_differ_in_it(tmp_path: Path) -> None:
@@ -121,11 +129,57 @@ def test_rerun_replaces_its_own_outputs_but_not_the_users(tmp_path: Path) -> Non
     assert (out / "budget.md").read_text().startswith("# ACL budget curves")
 
 
-def test_read_budget_run_seed_is_none_without_config(tmp_path: Path) -> None:
+def test_read_budget_run_seed_is_none_when_the_config_has_none(tmp_path: Path) -> None:
     d = _run(tmp_path, "a", sources=TWO, steps=100, seed=3, acc=0.5)
     assert read_budget_run(d)["seed"] == 3
-    (d / "config.yaml").unlink()
+    (d / "config.yaml").write_text("train:\n  lr: 0.001\n")
     assert read_budget_run(d)["seed"] is None
+
+
+def test_a_chain_of_init_from_counts_every_run_once(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", sources=TWO, steps=3000, seed=0, acc=0.7)
+    b = _run(
+        tmp_path, "b", sources=TWO, steps=1500, seed=0, acc=0.7, init_from=str(a / "checkpoints/best.pt")
+    )
+    c = _run(
+        tmp_path, "c", sources=TWO, steps=2400, seed=0, acc=0.7, init_from=str(b / "checkpoints/best.pt")
+    )
+    got = read_budget_run(c)
+    assert (got["steps"], got["init_steps"]) == (6900, 4500)
+    # the budget is the steps trained (the last logged step), not the step of the checkpoint selected
+    (a / "metrics.jsonl").write_text("".join(json.dumps({"step": k}) + "\n" for k in (100, 3000, 4000)))
+    assert read_budget_run(c)["steps"] == 7900
+
+
+def test_an_init_from_in_the_source_checkout_is_found_there(tmp_path: Path, monkeypatch) -> None:
+    import fastweights.recipes.acl as acl
+
+    checkout = tmp_path / "checkout"
+    _run(checkout / "pretrained", "acl-cross", sources=TWO, steps=3000, seed=0, acc=0.7)
+    five = _run(
+        tmp_path,
+        "five",
+        sources=TWO,
+        steps=1500,
+        seed=0,
+        acc=0.8,
+        init_from="pretrained/acl-cross/checkpoints/best.pt",
+    )
+    monkeypatch.setattr(acl, "SOURCE_ROOT", checkout)
+    monkeypatch.chdir(tmp_path)  # no pretrained/ here: the checkout's, as training finds it
+    assert read_budget_run(five)["steps"] == 4500
+
+
+def test_the_acl_loss_is_named_when_runs_differ_in_it(tmp_path: Path) -> None:
+    runs = [
+        _run(tmp_path, "acl", sources=TWO, steps=3000, seed=0, acc=0.7),
+        _run(tmp_path, "noacl", sources=TWO, steps=3000, seed=0, acc=0.6, acl_loss=False),
+    ]
+    table = budget_report(runs, tmp_path / "out")["table"]
+    assert set(table["Split-Digits/domain"]) == {
+        "FontGlyphs + EmojiImages",
+        "FontGlyphs + EmojiImages · no ACL loss",
+    }
 
 
 @pytest.mark.parametrize(
@@ -135,6 +189,15 @@ def test_read_budget_run_seed_is_none_without_config(tmp_path: Path) -> None:
         ("damaged", r"results\.json"),
         ("not_acl", r"results\.json: expected an ACL run's results"),
         ("twice", r"same setting, budget and seed"),
+        ("same_folder", r"are the same folder; expected each run once"),
+        ("no_config", r"config\.yaml: not found; expected the run's config\.yaml"),
+        ("bad_config", r"config\.yaml: expected a run's config with a train section"),
+        ("split_list", r"results\.json: expected an ACL run's results"),
+        ("nan", r"results\.json: split\.Split-Digits/domain\.ACC\.mean: expected a fraction in \[0, 1\]"),
+        ("float_steps", r"run\.trained_steps=2999\.9 is not a whole number of steps"),
+        ("chance", r"Split-Digits/domain has chance 0\.5 in .* but 0\.2 in"),
+        ("cycle", r"config\.yaml: train\.init_from runs in a cycle: "),
+        ("stepless", r"metrics\.jsonl: expected the logged steps of the run .* started from, found none"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -148,10 +211,38 @@ def test_bad_input_is_one_line(
         (b / "results.json").write_text('{"run": {"trained_')
     elif setup == "not_acl":
         (b / "results.json").write_text(json.dumps({"loss": 1.0}))
-    else:
+    elif setup == "twice":
         (b / "config.yaml").write_text("train:\n  seed: 0\n")
+    elif setup == "same_folder":
+        b = a
+    elif setup == "no_config":
+        (b / "config.yaml").unlink()
+    elif setup == "bad_config":
+        (b / "config.yaml").write_text("train: [1\n")
+    elif setup in ("split_list", "nan", "float_steps", "chance"):
+        doc = json.loads((b / "results.json").read_text())
+        if setup == "split_list":
+            doc["split"] = [1, 2]
+        elif setup == "nan":
+            doc["split"]["Split-Digits/domain"]["ACC"]["mean"] = float("nan")
+        elif setup == "float_steps":
+            doc["run"]["trained_steps"] = 2999.9
+        else:
+            doc["split"]["Split-Digits/domain"]["chance"] = 0.2
+        (b / "results.json").write_text(json.dumps(doc))
+    elif setup == "cycle":
+        (b / "config.yaml").write_text(f"train:\n  seed: 1\n  init_from: {b / 'checkpoints' / 'best.pt'}\n")
+    else:
+        (a / "metrics.jsonl").write_text('{"loss": 1.0}\n')
+        (b / "config.yaml").write_text(f"train:\n  seed: 1\n  init_from: {a / 'checkpoints' / 'best.pt'}\n")
     assert main(["acl", "budget", str(a), str(b), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fastweights: error:"), err
     assert re.search(match, err[0]), err[0]
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_cli_writes_the_report_and_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _run(tmp_path, "a", sources=TWO, steps=3000, seed=0, acc=0.7)
+    assert main(["acl", "budget", str(a), "--out", str(tmp_path / "out")]) == 0
+    assert f"budget curves of 1 runs: {tmp_path / 'out' / 'budget.md'}" in capsys.readouterr().out

@@ -44,81 +44,135 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     """One evaluated ACL run: ``{"run_dir", "setting", "parts", "steps", "seed", "metrics", "chance"}``.
 
     ``parts`` are the meta-training domains joined by `` + `` (e.g. ``FontGlyphs + EmojiImages``), the
-    sequence layer and the training stage (e.g. ``5-task meta-finetuning (domain-incremental)``);
-    ``setting`` joins them (:func:`budget_report` keeps only the parts in which the runs differ).
-    ``steps`` is the meta-training budget: the run's trained steps plus, for a run started from another
-    run's checkpoint (``train.init_from``), that run's budget, recursively. ``seed`` is the training seed
-    (None when the run's ``config.yaml`` does not say); ``metrics`` maps ``"<benchmark>/<scenario>"``
-    and :data:`SELECTION_KEY` to fractions in [0, 1]; ``chance`` maps the split metrics to their chance
-    level.
+    sequence layer, the training stage (e.g. ``5-task meta-finetuning (domain-incremental)``) and
+    ``no ACL loss`` for a run trained without the backward terms (else empty); ``setting`` joins them
+    (:func:`budget_report` keeps only the parts in which the runs differ). ``steps`` is the
+    meta-training budget, the compute spent: the run's trained steps (its last logged step, not the step
+    of the checkpoint selected) plus, for a run started from another run's checkpoint
+    (``train.init_from``), that run's budget counted the same way, recursively (``init_steps``; the
+    upstream logs are read now, so a run started from an unfinished run counts that run's steps as they
+    are now). ``seed`` is the training seed (None when ``config.yaml`` has none); ``metrics`` maps
+    ``"<benchmark>/<scenario>"`` and :data:`SELECTION_KEY` to fractions in [0, 1]; ``chance`` maps the
+    split metrics to their chance level.
 
     Raises:
-        FileNotFoundError: ``run_dir/results.json`` is missing (the run was not evaluated), or the run's
+        FileNotFoundError: ``run_dir/results.json`` or ``run_dir/config.yaml`` is missing, or the run's
             ``train.init_from`` checkpoint has no run folder with a ``metrics.jsonl`` (naming both).
-        ValueError: ``results.json`` is damaged or not an ACL run's results (naming the file and field).
+        ValueError: ``results.json`` or ``config.yaml`` is damaged or not an ACL run's (naming the file and
+            field); an upstream ``metrics.jsonl`` logs no step; ``train.init_from`` runs in a cycle.
     """
     path = Path(run_dir) / "results.json"
     res = read_json(path, "the results of an evaluated ACL run (`fastweights acl eval DIR`)")
     try:
         run = res["run"]
-        steps = int(run["trained_steps"])
+        steps = run["trained_steps"]
+        if type(steps) is not int or steps < 0:
+            raise ValueError(f"run.trained_steps={steps!r} is not a whole number of steps")
         sources = [str(s) for s in run["sources"]]
-        parts = [" + ".join(sources), str(run["sequence_layer"]), str(run.get("stage", ""))]
+        parts = [
+            " + ".join(sources),
+            str(run["sequence_layer"]),
+            str(run.get("stage", "")),
+            "no ACL loss" if run.get("acl_loss") is False else "",
+        ]
         split = res["split"]
         metrics = {name: float(r["ACC"]["mean"]) for name, r in split.items()}
         chance = {name: float(r["chance"]) for name, r in split.items()}
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(
             f"{path}: expected an ACL run's results (run.trained_steps, run.sources, run.sequence_layer, "
             f"split.<benchmark>/<scenario>.ACC.mean and .chance), missing or malformed: {err}"
         ) from None
+    bad = [f"split.{n}.ACC.mean" for n, v in metrics.items() if not 0.0 <= v <= 1.0]  # NaN included
+    bad += [f"split.{n}.chance" for n, v in chance.items() if not 0.0 <= v <= 1.0]
+    if bad:
+        raise ValueError(f"{path}: {bad[0]}: expected a fraction in [0, 1], got a value outside it (or NaN)")
     selected = run.get("selected_on")
     if isinstance(selected, dict) and isinstance(selected.get("value"), (int, float)):
         metrics[SELECTION_KEY] = float(selected["value"])
     train = _train_config(Path(run_dir))
+    init_steps = _init_budget(Path(run_dir), train.get("init_from"))
     return {
         "run_dir": str(run_dir),
         "setting": " · ".join(p for p in parts if p),
         "parts": parts,
-        "steps": steps + _init_budget(Path(run_dir), train.get("init_from")),
-        "seed": train.get("seed") if isinstance(train.get("seed"), int) else None,
+        "steps": steps + init_steps,
+        "init_steps": init_steps,
+        "seed": train.get("seed") if type(train.get("seed")) is int else None,
         "metrics": metrics,
         "chance": chance,
     }
 
 
 def _train_config(run_dir: Path) -> dict[str, Any]:
-    """The ``train`` section of the run's ``config.yaml`` (empty when there is none to read)."""
+    """The ``train`` section of the run's ``config.yaml`` (the seed and ``init_from``).
+
+    Raises:
+        FileNotFoundError: no ``config.yaml``; ValueError: it is not YAML with a ``train`` mapping.
+    """
     import yaml
 
-    try:
-        train = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["train"]
-    except (OSError, TypeError, KeyError, yaml.YAMLError):
-        return {}
-    return train if isinstance(train, dict) else {}
-
-
-def _init_budget(run_dir: Path, init_from: Any, depth: int = 0) -> int:
-    """The meta-training steps behind ``init_from`` (a checkpoint in another run's ``checkpoints/``): the
-    last step of that run's ``metrics.jsonl``, plus its own ``init_from``'s, recursively; 0 without one."""
-    if not init_from or depth > 16:
-        return 0
-    ckpt = Path(str(init_from))
-    source = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    log = source / "metrics.jsonl"
-    if not log.is_file():
+    path = run_dir / "config.yaml"
+    if not path.is_file():
         raise FileNotFoundError(
-            f"{run_dir}/config.yaml: train.init_from={init_from}: no {log}; the steps of the run a model "
-            "starts from are part of its budget (run from the folder the path is relative to)"
+            f"{path}: not found; expected the run's config.yaml (its train.seed and train.init_from)"
         )
-    records = [r for r in read_jsonl(log) if isinstance(r.get("step"), int)]
-    own = records[-1]["step"] if records else 0
-    return own + _init_budget(source, _train_config(source).get("init_from"), depth + 1)
+    try:
+        train = yaml.safe_load(path.read_text(encoding="utf-8"))["train"]
+    except (OSError, TypeError, KeyError, yaml.YAMLError) as err:
+        why = " ".join(str(err).split())  # YAML's messages span lines
+        raise ValueError(f"{path}: expected a run's config with a train section, unreadable: {why}") from None
+    if not isinstance(train, dict):
+        raise ValueError(f"{path}: train: expected a mapping, got {type(train).__name__}")
+    return train
+
+
+def _init_run_folder(run_dir: Path, init_from: str) -> Path:
+    """The run folder of the checkpoint ``init_from`` names (``RUN/checkpoints/best.pt`` → ``RUN``), as
+    training finds it: relative to the working directory, else in the source checkout (the presets'
+    ``pretrained/acl-cross/…``)."""
+    from fastweights.recipes.acl import SOURCE_ROOT
+
+    ckpt = Path(init_from)
+    source = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    for folder in (source, SOURCE_ROOT / source):
+        if (folder / "metrics.jsonl").is_file():
+            return folder
+    raise FileNotFoundError(
+        f"{run_dir}/config.yaml: train.init_from={init_from}: no {source / 'metrics.jsonl'} (nor in the "
+        f"source checkout {SOURCE_ROOT}); the steps of the run a model starts from are part of its budget "
+        "(run from the folder the path is relative to)"
+    )
+
+
+def _init_budget(run_dir: Path, init_from: Any) -> int:
+    """The meta-training steps behind ``init_from`` (a checkpoint in another run's ``checkpoints/``): the
+    last step of that run's ``metrics.jsonl``, plus its own ``init_from``'s, recursively; 0 without one.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_budget_run` (a missing or stepless log, a cycle).
+    """
+    total, seen = 0, [Path(run_dir).resolve()]
+    while init_from:
+        source = _init_run_folder(run_dir, str(init_from))
+        if source.resolve() in seen:
+            chain = " -> ".join(str(p) for p in [*seen, source.resolve()])
+            raise ValueError(f"{run_dir}/config.yaml: train.init_from runs in a cycle: {chain}")
+        seen.append(source.resolve())
+        log = source / "metrics.jsonl"
+        records = [r for r in read_jsonl(log) if type(r.get("step")) is int]
+        if not records:
+            raise ValueError(
+                f"{log}: expected the logged steps of the run {run_dir} started from, found none"
+            )
+        total += records[-1]["step"]
+        run_dir, init_from = source, _train_config(source).get("init_from")
+    return total
 
 
 def _shorten_settings(runs: list[dict[str, Any]]) -> None:
     """Keep in each run's setting only the parts in which the runs differ (the domains always)."""
-    varying = [i == 0 or len({r["parts"][i] for r in runs}) > 1 for i in range(3)]
+    varying = [i == 0 or len({r["parts"][i] for r in runs}) > 1 for i in range(len(runs[0]["parts"]))]
     for r in runs:
         r["setting"] = " · ".join(p for p, keep in zip(r["parts"], varying, strict=True) if keep and p)
 
@@ -158,8 +212,26 @@ def _metric_order(metric: str) -> tuple[int, str, int]:
     return (1, bench, order.index(scenario) if scenario in order else len(order))
 
 
-def _check_seeds(runs: list[dict[str, Any]]) -> None:
-    """Two runs of one setting and budget must be different seeds (else one run was given twice)."""
+def _check_runs(runs: list[dict[str, Any]]) -> None:
+    """One folder once; two runs of one setting and budget must be different seeds (else one run was
+    given twice); a metric has one chance level across the runs (else their evaluations differ)."""
+    folders: dict[Path, str] = {}
+    for r in runs:
+        folder = Path(r["run_dir"]).resolve()
+        if folder in folders:
+            raise ValueError(
+                f"run_dirs: {folders[folder]} and {r['run_dir']} are the same folder; expected each run once"
+            )
+        folders[folder] = r["run_dir"]
+    chance: dict[str, tuple[float, str]] = {}
+    for r in runs:
+        for metric, level in r["chance"].items():
+            first = chance.setdefault(metric, (level, r["run_dir"]))
+            if not math.isclose(first[0], level, abs_tol=1e-9):
+                raise ValueError(
+                    f"run_dirs: {metric} has chance {first[0]:g} in {first[1]} but {level:g} in "
+                    f"{r['run_dir']}; expected runs evaluated alike (eval.n_way and the benchmarks' tasks)"
+                )
     seen: dict[tuple[str, int, int], str] = {}
     for r in runs:
         if r["seed"] is None:
@@ -191,9 +263,11 @@ def _markdown(table: dict[str, Any], benches: list[str], command: str | None) ->
         lines += [f"Command: `{command}`", ""]
     lines += [
         "Accuracy (%) of each setting's best checkpoint (selected on meta-validation) after each "
-        "meta-training budget (steps, those of the run a model started from included): mean ± 95% CI "
-        "over the training seeds (Student t), the per-seed values in parentheses. Split benchmarks: ACC "
-        "after the last task, averaged over the demonstration draws.",
+        "meta-training budget: the steps trained (each run's last logged step, not the selected "
+        "checkpoint's), those of the run a model started from (`train.init_from`) included. Mean ± 95% "
+        "CI over the training seeds (Student t), the per-seed values in parentheses; a budget with one "
+        "seed has no CI (a hollow marker in the plots). Split benchmarks: ACC after the last task, "
+        "averaged over the demonstration draws.",
         "",
     ]
     for metric, by_setting in table.items():
@@ -231,13 +305,18 @@ def _plot(table: dict[str, Any], chance: dict[str, float], bench: str, path: Pat
     for ax, metric in zip(axes, metrics, strict=True):
         for setting, cells in table[metric].items():
             steps = sorted(cells)
-            ax.errorbar(
+            line = ax.errorbar(
                 steps,
                 [cells[s]["mean"] for s in steps],
                 yerr=[cells[s]["ci95"] or 0.0 for s in steps],
                 marker="o",
                 capsize=4,
                 label=setting,
+            )
+            one = [s for s in steps if cells[s]["ci95"] is None]  # one seed: no CI, a hollow marker
+            colour = line.lines[0].get_color()
+            ax.plot(
+                one, [cells[s]["mean"] for s in one], "o", color=colour, markerfacecolor="white", zorder=3
             )
         if metric in chance:
             ax.axhline(100 * chance[metric], color="gray", linestyle="--", linewidth=1.0, label="chance")
@@ -261,9 +340,11 @@ def budget_report(
     "values", "seeds", "runs"}`` (percent; ``ci95`` None for one seed).
 
     Raises:
-        ValueError: no run given; a run given twice (same setting, steps and seed); a damaged or
-            non-ACL ``results.json`` (naming it).
-        FileNotFoundError: a run without ``results.json``.
+        ValueError: no run given; a run given twice (the same folder, or the same setting, steps and
+            seed); runs whose chance levels differ; a damaged or non-ACL ``results.json`` or
+            ``config.yaml``, a stepless upstream log or an ``init_from`` cycle (naming the file).
+        FileNotFoundError: a run without ``results.json`` or ``config.yaml``; an ``init_from`` without its
+            run's ``metrics.jsonl``.
         RunFolderError: ``out_dir`` holds output files that ``acl budget`` did not write (without
             ``force``), or is locked by another command.
     """
@@ -271,7 +352,7 @@ def budget_report(
         raise ValueError("run_dirs: expected at least one evaluated ACL run folder, given none")
     runs = [read_budget_run(Path(d)) for d in run_dirs]  # bad input fails before anything is written
     _shorten_settings(runs)
-    _check_seeds(runs)
+    _check_runs(runs)
     table = _aggregate(runs)
     chance: dict[str, float] = {}
     for r in runs:
@@ -285,7 +366,8 @@ def budget_report(
     with run_lock(out_dir):
         claims.check(names, force=force)  # before anything is staged
         with claims.staging() as stage:
-            atomic_write_json(stage / "budget.json", {"command": command, "table": as_json})
+            per_run = [{k: r[k] for k in ("run_dir", "setting", "seed", "steps", "init_steps")} for r in runs]
+            atomic_write_json(stage / "budget.json", {"command": command, "table": as_json, "runs": per_run})
             atomic_write_text(stage / "budget.md", markdown)
             for bench in benches:
                 _plot(table, chance, bench, stage / "plots" / _plot_name(bench))
