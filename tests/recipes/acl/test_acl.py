@@ -192,7 +192,7 @@ TWO_DOMAINS = ["FontGlyphs", "EmojiImages"]
     [
         ("acl-cross", "Split-Digits/domain", 0.6, TWO_DOMAINS),  # 2-task cross-domain model; chance 50%
         ("acl-cross-noacl", "Split-Digits/domain", 0.6, TWO_DOMAINS),  # its no-ACL twin (same steps, seed)
-        ("acl-5task-domain", "Split-Digits/domain", 0.7, [*TWO_DOMAINS, "Handwriting"]),  # chance 50%
+        ("acl-5task-domain", "Split-Digits/domain", 0.7, TWO_DOMAINS),  # chance 50%
         ("acl-5task-class", "Split-Digits/class", 0.3, TWO_DOMAINS),  # 5-task class-incr.; chance 10%
     ],
 )
