@@ -16,17 +16,20 @@ from fastweights.recipes import acl
 from fastweights.recipes.acl.config import ACLConfig
 
 
-@pytest.fixture(scope="module")
-def vit_file(tmp_path_factory):
+def _write_vit(path, seed: int = 0):
     """A tiny random ViT in torchvision's vit_b_16 layout (D = 64 → 1 head, patch 8, one layer)."""
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     net = ViTEncoderNet(
         ViTConfig(hidden_dim=64, patch_size=8, num_layers=1, mlp_dim=128, image_size=32, num_heads=1)
     )
     state = {k: torch.randn(v.shape) * 0.1 for k, v in net.state_dict().items()}
-    path = tmp_path_factory.mktemp("vit") / "vit.pt"
     torch.save(state, path)
     return path
+
+
+@pytest.fixture(scope="module")
+def vit_file(tmp_path_factory):
+    return _write_vit(tmp_path_factory.mktemp("vit") / "vit.pt")
 
 
 def _frozen(cache, vit_file) -> list[str]:
@@ -167,10 +170,13 @@ def test_other_classifier_recipes_refuse_a_frozen_backbone(tmp_path, capsys, rec
 
 
 @pytest.mark.slow
-def test_results_json_is_strict(tmp_path, vit_file, data_cache):
+def test_results_json_is_strict(tmp_path, data_cache):
     """A mini evaluation's results serialise as strict JSON (no NaN)."""
     run = tmp_path / "run"
-    cfg = _cfg(data_cache, vit_file, "train.max_steps=1", "train.val_every_steps=1", "train.val_episodes=2")
+    # other encoder weights than vit_file's, so its features (cached per weights hash in the shared
+    # cache) are never written while test_frozen_train_and_mini_evaluation checks that its own are kept
+    vit = _write_vit(tmp_path / "vit.pt", seed=1)
+    cfg = _cfg(data_cache, vit, "train.max_steps=1", "train.val_every_steps=1", "train.val_episodes=2")
     acl.train(cfg, run)
     overrides = ["eval.mini_benchmarks=[emoji]", "eval.split_runs=1", "eval.split_k_shot=2"]
     acl.evaluate(run, overrides=[*overrides, "eval.split_query_per_class=3"])
