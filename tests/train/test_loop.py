@@ -190,6 +190,20 @@ def test_resume_from_a_damaged_latest_points_to_best(tmp_path):
         _fit_objective(tmp_path / "run", resume=True)
 
 
+def test_resume_from_a_checkpoint_without_a_newer_recipe_state_keeps_its_start_value(tmp_path, caplog):
+    """A recipe state added after a run's checkpoints were written: the resume goes on, says so, and the
+    state keeps the value the recipe gave it (here the generator as seeded)."""
+    _fit_objective(tmp_path / "run", max_steps=4)
+    ckpt = CheckpointManager(tmp_path / "run")
+    state = ckpt.load("latest")
+    del state["extra"]["gen"]
+    ckpt.save(state, is_best=False)
+    with caplog.at_level("INFO", logger="fastweights.train.loop"):
+        _fit_objective(tmp_path / "run", resume=True)
+    assert "the checkpoint has no 'gen' state (an older one); start value kept" in caplog.text
+    assert ckpt.load("latest")["step"] == 6
+
+
 def test_resume_refuses_a_model_only_checkpoint(tmp_path):
     CheckpointManager(tmp_path / "run").save({"model": {}, "step": 3}, is_best=True)
     with pytest.raises(RunFolderError, match=r"cannot be resumed \(no optimizer"):

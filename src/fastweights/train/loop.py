@@ -137,7 +137,8 @@ def fit(
         loop: the stopping, validation, checkpoint, clipping, precision and accumulation settings (a
             recipe's ``train`` section; its other fields are not read here).
         extra_state: ``{name: (get, set)}`` recipe state saved in checkpoints and restored on resume
-            (e.g. an episode sampler's random generator).
+            (e.g. an episode sampler's random generator); a name the checkpoint lacks (written before
+            the recipe kept that state) keeps the value it has at the start, with a log line.
         metadata: saved as is in every checkpoint (e.g. the config as a dict).
 
     Returns:
@@ -176,7 +177,10 @@ def fit(
         mine = state["ranks"][w.rank] if w.distributed else state
         restore_rng_state(mine["rng"])
         for name, (_, set_state) in extra_state.items():
-            set_state(mine["extra"][name])
+            if name in mine["extra"]:
+                set_state(mine["extra"][name])
+            elif w.main:  # a checkpoint written before the recipe kept this state: its start value stays
+                log.info("resume: the checkpoint has no %r state (an older one); start value kept", name)
         last_val = state.get("last_val", {})
         loss_ema = state.get("loss_ema")
         if w.main:

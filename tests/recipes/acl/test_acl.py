@@ -119,10 +119,32 @@ def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path, data_cache):
         "train.lr=0.0",
     )
     acl.train(cfg, tmp_path / "ft")
-    base = torch.load(ckpt, weights_only=False)["model"]
-    ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)["model"]
-    for k, v in base.items():  # lr 0: the finetuned weights are exactly the loaded ones
-        torch.testing.assert_close(ft[k], v, rtol=0, atol=0, msg=k)
+    base = torch.load(ckpt, weights_only=False)
+    ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)
+    for k, v in base["model"].items():  # lr 0: the finetuned weights are exactly the loaded ones
+        torch.testing.assert_close(ft["model"][k], v, rtol=0, atol=0, msg=k)
+    # the budget behind the start checkpoint, recorded when the run starts: the base run's 2 steps
+    assert (base["extra"]["init_steps"], ft["extra"]["init_steps"]) == (0, 2)
+    with (tmp_path / "base" / "metrics.jsonl").open("a") as log:  # the base run trains on afterwards
+        log.write(json.dumps({"step": 50}) + "\n")
+    cfg_path = tmp_path / "ft" / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("max_steps: 1", "max_steps: 2"))
+    acl.train(cfg, tmp_path / "ft", resume=True)  # the recorded value survives the resume
+    ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)
+    assert (ft["step"], ft["extra"]["init_steps"]) == (2, 2)
+
+
+def test_an_unknown_upstream_budget_is_not_recorded_and_training_goes_on(tmp_path, data_cache, caplog):
+    acl.train(_cfg(data_cache, "train.max_steps=1"), tmp_path / "base")
+    ckpt = tmp_path / "elsewhere.pt"  # a checkpoint outside any run folder: no log to count
+    ckpt.write_bytes((tmp_path / "base" / "checkpoints" / "latest.pt").read_bytes())
+    with caplog.at_level("WARNING", logger="fastweights.recipes.acl"):
+        acl.train(_cfg(data_cache, f"train.init_from={ckpt}", "train.max_steps=1"), tmp_path / "ft")
+    assert "steps behind train.init_from are unknown" in caplog.text
+    assert (
+        torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)["extra"]["init_steps"]
+        is None
+    )
 
 
 def test_n_way_larger_than_model_outputs_is_rejected(tmp_path, data_cache):
@@ -288,6 +310,7 @@ def test_class_incremental_meta_finetuning_from_a_five_way_run(tmp_path, data_ca
     assert set(results["split"]) == {"Split-Digits/domain", "Split-Digits/class-2task", "Split-Digits/class"}
     assert len(results["split"]["Split-Digits/class"]["R"]) == 5
     assert results["run"]["stage"] == "5-task meta-finetuning (class-incremental)"
+    assert results["run"]["init_steps"] == 1  # the base run's step, recorded at the start of training
 
 
 def test_init_from_with_other_image_channels_is_refused_before_the_run_folder(tmp_path, data_cache):

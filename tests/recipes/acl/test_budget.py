@@ -29,6 +29,7 @@ def _run(
     layer: str = "srwm",
     init_from: str = "",
     acl_loss: bool = True,
+    init_steps: int | None = None,
 ) -> Path:
     """A fake evaluated ACL run folder: results.json (two split metrics + selection), config.yaml and a
     metrics.jsonl ending at ``steps``."""
@@ -44,6 +45,7 @@ def _run(
         "sequence_layer": layer,
         "selected_on": {"metric": "val_objective", "value": acc},
         "acl_loss": acl_loss,
+        **({"init_steps": init_steps} if init_steps is not None else {}),
     }
     stage = "5-task meta-finetuning (domain-incremental)" if init_from else "2-task meta-training"
     run["stage"] = stage
@@ -86,6 +88,7 @@ def test_groups_by_setting_and_budget_with_t_ci(tmp_path: Path) -> None:
         "seed": 0,
         "steps": 9000,
         "init_steps": 0,
+        "init_steps_from": "no train.init_from",
     }
 
 
@@ -151,6 +154,29 @@ def test_a_chain_of_init_from_counts_every_run_once(tmp_path: Path) -> None:
     assert read_budget_run(c)["steps"] == 7900
 
 
+def test_init_steps_recorded_at_training_are_used_not_the_upstream_log(tmp_path: Path) -> None:
+    """A run that recorded its upstream budget when it started keeps it when the upstream run trains on
+    (e.g. resumed to more steps afterwards); budget.json says where each run's came from."""
+    a = _run(tmp_path, "a", sources=TWO, steps=3000, seed=0, acc=0.7)
+    ckpt = str(a / "checkpoints/best.pt")
+    new = _run(tmp_path, "new", sources=TWO, steps=1500, seed=0, acc=0.8, init_from=ckpt, init_steps=3000)
+    old = _run(tmp_path, "old", sources=TWO, steps=1500, seed=1, acc=0.8, init_from=ckpt)
+    (a / "metrics.jsonl").write_text("".join(json.dumps({"step": k}) + "\n" for k in (3000, 30000)))
+    assert (read_budget_run(new)["steps"], read_budget_run(new)["init_steps_from"]) == (
+        4500,
+        "recorded at training",
+    )
+    assert (read_budget_run(old)["steps"], read_budget_run(old)["init_steps_from"]) == (
+        31500,
+        "upstream logs, read now",
+    )
+    budget_report([new], tmp_path / "out")
+    (row,) = json.loads((tmp_path / "out" / "budget.json").read_text())["runs"]
+    assert (row["steps"], row["init_steps"], row["init_steps_from"]) == (4500, 3000, "recorded at training")
+    (a / "metrics.jsonl").unlink()  # the upstream folder is not needed once the budget is recorded
+    assert read_budget_run(new)["steps"] == 4500
+
+
 def test_an_init_from_in_the_source_checkout_is_found_there(tmp_path: Path, monkeypatch) -> None:
     import fastweights.recipes.acl as acl
 
@@ -195,6 +221,7 @@ def test_the_acl_loss_is_named_when_runs_differ_in_it(tmp_path: Path) -> None:
         ("split_list", r"results\.json: expected an ACL run's results"),
         ("nan", r"results\.json: split\.Split-Digits/domain\.ACC\.mean: expected a fraction in \[0, 1\]"),
         ("float_steps", r"run\.trained_steps=2999\.9 is not a whole number of steps"),
+        ("bad_init_steps", r"results\.json: .*run\.init_steps=-5 is not a whole number of steps"),
         ("chance", r"Split-Digits/domain has chance 0\.5 in .* but 0\.2 in"),
         ("cycle", r"config\.yaml: train\.init_from runs in a cycle: "),
         ("stepless", r"metrics\.jsonl: expected the logged steps of the run .* started from, found none"),
@@ -219,7 +246,7 @@ def test_bad_input_is_one_line(
         (b / "config.yaml").unlink()
     elif setup == "bad_config":
         (b / "config.yaml").write_text("train: [1\n")
-    elif setup in ("split_list", "nan", "float_steps", "chance"):
+    elif setup in ("split_list", "nan", "float_steps", "bad_init_steps", "chance"):
         doc = json.loads((b / "results.json").read_text())
         if setup == "split_list":
             doc["split"] = [1, 2]
@@ -227,6 +254,8 @@ def test_bad_input_is_one_line(
             doc["split"]["Split-Digits/domain"]["ACC"]["mean"] = float("nan")
         elif setup == "float_steps":
             doc["run"]["trained_steps"] = 2999.9
+        elif setup == "bad_init_steps":
+            doc["run"]["init_steps"] = -5
         else:
             doc["split"]["Split-Digits/domain"]["chance"] = 0.2
         (b / "results.json").write_text(json.dumps(doc))

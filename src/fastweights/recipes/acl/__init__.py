@@ -180,10 +180,12 @@ def init_checkpoint_path(init_from: str) -> Path:
     )
 
 
-def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[list[dict[str, ClassPool]], dict[str, Any] | None]:
+def _train_data(
+    cfg: ACLConfig, continuing: bool
+) -> tuple[list[dict[str, ClassPool]], dict[str, Any] | None, int | None]:
     """The pools of every domain and, for a new run with ``train.init_from``, the checkpoint whose model
     weights start it, checked against this run's model (read before the run folder is written, so a bad
-    file leaves nothing behind)."""
+    file leaves nothing behind), and the meta-training steps behind it (:func:`_init_steps`)."""
     init = None
     if cfg.train.init_from and not continuing:
         init = read_checkpoint(init_checkpoint_path(cfg.train.init_from), key="train.init_from")
@@ -195,7 +197,26 @@ def _train_data(cfg: ACLConfig, continuing: bool) -> tuple[list[dict[str, ClassP
             load_classifier_weights(build_model(cfg), init["model"])
         except ValueError as err:
             raise ValueError(f"train.init_from: {cfg.train.init_from}: {err}") from None
-    return _domain_pools(cfg), init
+    return _domain_pools(cfg), init, _init_steps(cfg, continuing)
+
+
+def _init_steps(cfg: ACLConfig, continuing: bool) -> int | None:
+    """The meta-training budget behind ``train.init_from`` as it stands when a new run starts (0 without
+    one; :func:`~fastweights.recipes.acl.budget.upstream_steps`), kept in the run's checkpoints and
+    ``results.json`` (``run.init_steps``) so ``acl budget`` does not depend on the upstream run's later
+    steps. None when unknown (the upstream run folder is not found; a log line says why) and on resume
+    (the checkpoint's value is restored)."""
+    if not cfg.train.init_from:
+        return 0
+    if continuing:
+        return None
+    from fastweights.recipes.acl.budget import upstream_steps
+
+    try:
+        return upstream_steps(cfg.train.init_from)
+    except (FileNotFoundError, ValueError) as err:
+        log.warning("the meta-training steps behind train.init_from are unknown, not recorded: %s", err)
+        return None
 
 
 def _fit(run: RecipeRun) -> dict[str, Any]:
@@ -213,8 +234,10 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     """
     cfg, device = run.cfg, run.device
     rng, synth_gen = sampling_streams(run)
-    domains, init = run.data
+    domains, init, init_steps = run.data
     t = cfg.train
+    upstream = {"steps": init_steps}  # restored from the checkpoint on resume
+    run.state["init_steps"] = (lambda: upstream["steps"], lambda v: upstream.update(steps=v))
     train_samplers = [EpisodeSampler(p["train"], rotations=cfg.data.rotations) for p in domains]
     val_samplers = [EpisodeSampler(p["val"]) for p in domains]
     model = build_model(cfg).to(device)
@@ -302,6 +325,9 @@ def _measure(
     }
     if frozen_encoder(cfg.model) is not None:
         results["run"]["backbone"] = encoder_label(cfg.model)
+    init_steps = (state.get("extra") or {}).get("init_steps")
+    if type(init_steps) is int:  # recorded when the run started (not by checkpoints of older versions)
+        results["run"]["init_steps"] = init_steps
     if mini:
         results["mini"] = mini_results(cfg, mini, model, device)
     if span_pool is not None:

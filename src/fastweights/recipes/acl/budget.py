@@ -30,7 +30,7 @@ from fastweights.io import atomic_write_json, atomic_write_text, read_json, read
 from fastweights.recipes.reporting import md_table
 from fastweights.train.run_folder import OutputClaims, run_lock
 
-__all__ = ["budget_report", "read_budget_run"]
+__all__ = ["budget_report", "read_budget_run", "upstream_steps"]
 
 SELECTION_KEY = "selection objective"  # the metric name of the meta-validation objective
 _SCENARIOS = {
@@ -49,9 +49,13 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     (:func:`budget_report` keeps only the parts in which the runs differ). ``steps`` is the
     meta-training budget, the compute spent: the run's trained steps (its last logged step, not the step
     of the checkpoint selected) plus, for a run started from another run's checkpoint
-    (``train.init_from``), that run's budget counted the same way, recursively (``init_steps``; the
-    upstream logs are read now, so a run started from an unfinished run counts that run's steps as they
-    are now). ``seed`` is the training seed (None when ``config.yaml`` has none); ``metrics`` maps
+    (``train.init_from``), that run's budget counted the same way, recursively (``init_steps``). Training
+    records ``init_steps`` when the run starts (``run.init_steps`` of ``results.json``; ``init_steps_from``
+    = ``"recorded at training"``), so an upstream run trained further afterwards does not change it; for
+    a run trained before that record existed the upstream logs are read now (``"upstream logs, read
+    now"``: a run started from an unfinished run then counts that run's steps as they are now; ``"no
+    train.init_from"`` when there is none).
+    ``seed`` is the training seed (None when ``config.yaml`` has none); ``metrics`` maps
     ``"<benchmark>/<scenario>"`` and :data:`SELECTION_KEY` to fractions in [0, 1]; ``chance`` maps the
     split metrics to their chance level.
 
@@ -59,7 +63,8 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
         FileNotFoundError: ``run_dir/results.json`` or ``run_dir/config.yaml`` is missing, or the run's
             ``train.init_from`` checkpoint has no run folder with a ``metrics.jsonl`` (naming both).
         ValueError: ``results.json`` or ``config.yaml`` is damaged or not an ACL run's (naming the file and
-            field); an upstream ``metrics.jsonl`` logs no step; ``train.init_from`` runs in a cycle.
+            field, e.g. a ``run.init_steps`` that is not a whole number); an upstream ``metrics.jsonl``
+            logs no step; ``train.init_from`` runs in a cycle.
     """
     path = Path(run_dir) / "results.json"
     res = read_json(path, "the results of an evaluated ACL run (`fastweights acl eval DIR`)")
@@ -68,6 +73,9 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
         steps = run["trained_steps"]
         if type(steps) is not int or steps < 0:
             raise ValueError(f"run.trained_steps={steps!r} is not a whole number of steps")
+        recorded = run.get("init_steps")
+        if recorded is not None and (type(recorded) is not int or recorded < 0):
+            raise ValueError(f"run.init_steps={recorded!r} is not a whole number of steps")
         sources = [str(s) for s in run["sources"]]
         parts = [
             " + ".join(sources),
@@ -81,6 +89,7 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(
             f"{path}: expected an ACL run's results (run.trained_steps, run.sources, run.sequence_layer, "
+            "run.init_steps (optional), "
             f"split.<benchmark>/<scenario>.ACC.mean and .chance), missing or malformed: {err}"
         ) from None
     bad = [f"split.{n}.ACC.mean" for n, v in metrics.items() if not 0.0 <= v <= 1.0]  # NaN included
@@ -91,13 +100,20 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     if isinstance(selected, dict) and isinstance(selected.get("value"), (int, float)):
         metrics[SELECTION_KEY] = float(selected["value"])
     train = _train_config(Path(run_dir))
-    init_steps = _init_budget(Path(run_dir), train.get("init_from"))
+    if recorded is not None:
+        init_steps, init_steps_from = recorded, "recorded at training"
+    else:
+        init_steps = upstream_steps(
+            train.get("init_from"), where=f"{run_dir}/config.yaml: train.init_from", start=Path(run_dir)
+        )
+        init_steps_from = "upstream logs, read now" if train.get("init_from") else "no train.init_from"
     return {
         "run_dir": str(run_dir),
         "setting": " · ".join(p for p in parts if p),
         "parts": parts,
         "steps": steps + init_steps,
         "init_steps": init_steps,
+        "init_steps_from": init_steps_from,
         "seed": train.get("seed") if type(train.get("seed")) is int else None,
         "metrics": metrics,
         "chance": chance,
@@ -127,10 +143,10 @@ def _train_config(run_dir: Path) -> dict[str, Any]:
     return train
 
 
-def _init_run_folder(run_dir: Path, init_from: str) -> Path:
+def _init_run_folder(where: str, init_from: str) -> Path:
     """The run folder of the checkpoint ``init_from`` names (``RUN/checkpoints/best.pt`` → ``RUN``), as
     training finds it: relative to the working directory, else in the source checkout (the presets'
-    ``pretrained/acl-cross/…``)."""
+    ``pretrained/acl-cross/…``); ``where`` names the setting in the error."""
     from fastweights.recipes.acl import SOURCE_ROOT
 
     ckpt = Path(init_from)
@@ -139,34 +155,44 @@ def _init_run_folder(run_dir: Path, init_from: str) -> Path:
         if (folder / "metrics.jsonl").is_file():
             return folder
     raise FileNotFoundError(
-        f"{run_dir}/config.yaml: train.init_from={init_from}: no {source / 'metrics.jsonl'} (nor in the "
+        f"{where}={init_from}: no {source / 'metrics.jsonl'} (nor in the "
         f"source checkout {SOURCE_ROOT}); the steps of the run a model starts from are part of its budget "
         "(run from the folder the path is relative to)"
     )
 
 
-def _init_budget(run_dir: Path, init_from: Any) -> int:
-    """The meta-training steps behind ``init_from`` (a checkpoint in another run's ``checkpoints/``): the
-    last step of that run's ``metrics.jsonl``, plus its own ``init_from``'s, recursively; 0 without one.
+def upstream_steps(init_from: Any, *, where: str = "train.init_from", start: Path | None = None) -> int:
+    """The meta-training steps behind ``init_from`` (a checkpoint in another run's ``checkpoints/``, or
+    an exported copy's, e.g. ``pretrained/acl-cross/checkpoints/best.pt``): the last step of that run's
+    ``metrics.jsonl``, plus its own ``train.init_from``'s (from its ``config.yaml``), recursively; 0 for
+    an empty ``init_from``. ACL training records it when a run starts (``run.init_steps``).
+
+    Args:
+        init_from: the ``train.init_from`` value.
+        where: how errors name the setting (e.g. ``RUN/config.yaml: train.init_from``).
+        start: the run folder that starts from ``init_from``, if any (a chain back to it is a cycle).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_budget_run` (a missing or stepless log, a cycle).
+        FileNotFoundError: a run in the chain has no ``metrics.jsonl`` (working directory and source
+            checkout both looked in) or no ``config.yaml``.
+        ValueError: a stepless ``metrics.jsonl``, a damaged ``config.yaml``, a cycle (naming the file).
     """
-    total, seen = 0, [Path(run_dir).resolve()]
+    total, seen = 0, [Path(start).resolve()] if start is not None else []
+    run_dir: Path | None = start
     while init_from:
-        source = _init_run_folder(run_dir, str(init_from))
+        source = _init_run_folder(where, str(init_from))
         if source.resolve() in seen:
             chain = " -> ".join(str(p) for p in [*seen, source.resolve()])
-            raise ValueError(f"{run_dir}/config.yaml: train.init_from runs in a cycle: {chain}")
+            raise ValueError(f"{where} runs in a cycle: {chain}")
         seen.append(source.resolve())
         log = source / "metrics.jsonl"
         records = [r for r in read_jsonl(log) if type(r.get("step")) is int]
         if not records:
-            raise ValueError(
-                f"{log}: expected the logged steps of the run {run_dir} started from, found none"
-            )
+            whose = f"the run {run_dir} started from" if run_dir is not None else "the model's run"
+            raise ValueError(f"{log}: expected the logged steps of {whose}, found none")
         total += records[-1]["step"]
         run_dir, init_from = source, _train_config(source).get("init_from")
+        where = f"{source}/config.yaml: train.init_from"
     return total
 
 
@@ -264,7 +290,8 @@ def _markdown(table: dict[str, Any], benches: list[str], command: str | None) ->
     lines += [
         "Accuracy (%) of each setting's best checkpoint (selected on meta-validation) after each "
         "meta-training budget: the steps trained (each run's last logged step, not the selected "
-        "checkpoint's), those of the run a model started from (`train.init_from`) included. Mean ± 95% "
+        "checkpoint's), those of the run a model started from (`train.init_from`) included (as recorded "
+        "when the run started; `budget.json` says, per run, where they were read otherwise). Mean ± 95% "
         "CI over the training seeds (Student t), the per-seed values in parentheses; a budget with one "
         "seed has no CI (a hollow marker in the plots). Split benchmarks: ACC after the last task, "
         "averaged over the demonstration draws.",
@@ -366,7 +393,8 @@ def budget_report(
     with run_lock(out_dir):
         claims.check(names, force=force)  # before anything is staged
         with claims.staging() as stage:
-            per_run = [{k: r[k] for k in ("run_dir", "setting", "seed", "steps", "init_steps")} for r in runs]
+            keys = ("run_dir", "setting", "seed", "steps", "init_steps", "init_steps_from")
+            per_run = [{k: r[k] for k in keys} for r in runs]
             atomic_write_json(stage / "budget.json", {"command": command, "table": as_json, "runs": per_run})
             atomic_write_text(stage / "budget.md", markdown)
             for bench in benches:
