@@ -72,7 +72,7 @@ class _Crash(BaseException):
     """Stands in for a kill: not an Exception, so nothing on the way catches it."""
 
 
-def _fit_objective(run_dir, *, resume=False, objectives=None, max_steps=6):
+def _fit_objective(run_dir, *, resume=False, objectives=None, max_steps=6, records=None):
     """A tiny deterministic run validating every 2 steps (objective by step: 1, 3, 2 — the best is the
     middle one); checkpoints only at validations."""
     torch.manual_seed(0)
@@ -100,6 +100,7 @@ def _fit_objective(run_dir, *, resume=False, objectives=None, max_steps=6):
         objective="obj",
         resume=resume,
         extra_state={"gen": (gen.get_state, gen.set_state)},
+        records=records,
     )
 
 
@@ -190,18 +191,27 @@ def test_resume_from_a_damaged_latest_points_to_best(tmp_path):
         _fit_objective(tmp_path / "run", resume=True)
 
 
-def test_resume_from_a_checkpoint_without_a_newer_recipe_state_keeps_its_start_value(tmp_path, caplog):
-    """A recipe state added after a run's checkpoints were written: the resume goes on, says so, and the
-    state keeps the value the recipe gave it (here the generator as seeded)."""
+def test_resume_refuses_a_checkpoint_without_a_recipe_state_it_needs(tmp_path):
     _fit_objective(tmp_path / "run", max_steps=4)
     ckpt = CheckpointManager(tmp_path / "run")
     state = ckpt.load("latest")
     del state["extra"]["gen"]
     ckpt.save(state, is_best=False)
-    with caplog.at_level("INFO", logger="fastweights.train.loop"):
+    with pytest.raises(RunFolderError, match=r"latest\.pt holds no 'gen' state, which this run needs"):
         _fit_objective(tmp_path / "run", resume=True)
-    assert "the checkpoint has no 'gen' state (an older one); start value kept" in caplog.text
-    assert ckpt.load("latest")["step"] == 6
+
+
+def test_records_are_checkpointed_and_restored_on_resume(tmp_path):
+    """Records fixed at the start are saved in every checkpoint; a resume takes the checkpoint's values
+    and keeps given ones for keys an older checkpoint lacks."""
+    records = {"init_steps": 7}
+    _fit_objective(tmp_path / "run", max_steps=4, records=records)
+    ckpt = CheckpointManager(tmp_path / "run")
+    assert ckpt.load("latest")["records"] == ckpt.load("best")["records"] == {"init_steps": 7}
+    resumed = {"init_steps": None, "new_key": 1}
+    _fit_objective(tmp_path / "run", resume=True, records=resumed)
+    assert resumed == {"init_steps": 7, "new_key": 1}
+    assert ckpt.load("latest")["records"] == {"init_steps": 7, "new_key": 1}
 
 
 def test_resume_refuses_a_model_only_checkpoint(tmp_path):

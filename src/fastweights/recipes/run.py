@@ -423,7 +423,9 @@ class RecipeRun:
     holds it (the global batch); in a single process both are the same object. ``state`` maps a name
     to the ``(get, set)`` accessors of recipe state that every checkpoint saves and ``--resume``
     restores (an episode sampler's random generator, an actor's environments); recipes register
-    theirs before :func:`fit_run`.
+    theirs before :func:`fit_run`. ``records`` holds facts about the run fixed when it starts (ACL:
+    ``init_steps``, the meta-training steps behind ``train.init_from``): saved in every checkpoint and
+    its exported copy, restored on resume.
     """
 
     cfg: Any
@@ -433,6 +435,7 @@ class RecipeRun:
     resume: bool = False
     saved_cfg: Any = None
     state: StateAccessors = field(default_factory=dict)
+    records: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.saved_cfg is None:
@@ -525,9 +528,9 @@ def fit_run(
     postfix: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """:func:`fastweights.train.loop.fit` of a prepared run: the loop settings of ``run.cfg.train`` (a
-    :class:`~fastweights.train.loop.LoopConfig`), resume as ``start_run`` decided, ``run.state`` and
-    the saved config in every checkpoint, the best checkpoint chosen by ``selection`` (the recipe's
-    :class:`~fastweights.recipes.contract.Selection`).
+    :class:`~fastweights.train.loop.LoopConfig`), resume as ``start_run`` decided, ``run.state``,
+    ``run.records`` and the saved config in every checkpoint, the best checkpoint chosen by
+    ``selection`` (the recipe's :class:`~fastweights.recipes.contract.Selection`).
 
     Returns:
         ``{"step", "minutes", **last validation record}``.
@@ -545,6 +548,7 @@ def fit_run(
         resume=run.resume,
         extra_state=run.state,
         metadata={"config": asdict(run.saved_cfg)},
+        records=run.records or None,
         description=description,
         postfix=postfix,
         map_location=run.device,
@@ -781,7 +785,8 @@ def load_trained(
 
 def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
     """Write a slim, shareable copy of a run: ``config.yaml``, ``command.txt``, ``metrics.jsonl`` and
-    ``checkpoints/best.pt`` holding only the model weights and training step/time (no optimiser).
+    ``checkpoints/best.pt`` holding only the model weights, training step/time and the run's
+    ``records`` (:attr:`RecipeRun.records`, when it has any; no optimiser).
 
     ``out_dir`` must be new or empty (``force``: overwrite whatever it holds, even ``run_dir`` itself);
     it is locked while written.
@@ -799,6 +804,8 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = F
         names = [n for n in ("config.yaml", "command.txt", "metrics.jsonl") if (run_dir / n).exists()]
         files = {n: (run_dir / n).read_text() for n in names}
         slim = {k: state[k] for k in ("model", "step", "elapsed_seconds", "best")}
+        if state.get("records"):
+            slim["records"] = state["records"]
         for name, text in files.items():
             atomic_write_text(out_dir / name, text)
         out = CheckpointManager(out_dir)

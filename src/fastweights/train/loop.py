@@ -122,6 +122,7 @@ def fit(
     resume: bool = False,
     extra_state: StateAccessors | None = None,
     metadata: dict[str, Any] | None = None,
+    records: dict[str, Any] | None = None,
     description: str = "training",
     postfix: tuple[str, ...] = (),
     map_location: torch.device | str | None = None,
@@ -137,9 +138,12 @@ def fit(
         loop: the stopping, validation, checkpoint, clipping, precision and accumulation settings (a
             recipe's ``train`` section; its other fields are not read here).
         extra_state: ``{name: (get, set)}`` recipe state saved in checkpoints and restored on resume
-            (e.g. an episode sampler's random generator); a name the checkpoint lacks (written before
-            the recipe kept that state) keeps the value it has at the start, with a log line.
+            (e.g. an episode sampler's random generator).
         metadata: saved as is in every checkpoint (e.g. the config as a dict).
+        records: facts about the run fixed when it starts (e.g. the training steps behind the
+            checkpoint it started from), saved in every checkpoint under ``"records"``; on resume the
+            checkpoint's values replace these in place (keys a checkpoint of an older version lacks
+            keep the values given).
 
     Returns:
         ``{"step", "minutes", **last validation}``.
@@ -149,7 +153,8 @@ def fit(
         KeyError: if ``validate_fn`` does not return ``objective``.
         RunFolderError: if ``latest.pt`` is damaged or not resumable (e.g. an export), if
             ``metrics.jsonl`` has records but there is no checkpoint to continue from, or if a
-            checkpoint cannot be written (full disk, read-only folder; the previous one stays intact).
+            checkpoint cannot be written (full disk, read-only folder; the previous one stays intact),
+            or if the checkpoint to resume lacks a name of ``extra_state``.
         ValueError: if ``metrics.jsonl`` is shorter than the checkpoint recorded.
     """
     s = loop
@@ -177,10 +182,14 @@ def fit(
         mine = state["ranks"][w.rank] if w.distributed else state
         restore_rng_state(mine["rng"])
         for name, (_, set_state) in extra_state.items():
-            if name in mine["extra"]:
-                set_state(mine["extra"][name])
-            elif w.main:  # a checkpoint written before the recipe kept this state: its start value stays
-                log.info("resume: the checkpoint has no %r state (an older one); start value kept", name)
+            if name not in mine["extra"]:
+                raise RunFolderError(
+                    f"checkpoint: {ckpt.path('latest')} holds no {name!r} state, which this run needs to "
+                    "continue exactly (written by another recipe or version); train into a new folder"
+                )
+            set_state(mine["extra"][name])
+        if records is not None:
+            records.update(state.get("records", {}))
         last_val = state.get("last_val", {})
         loss_ema = state.get("loss_ema")
         if w.main:
@@ -206,6 +215,7 @@ def fit(
                 "last_val": last_val,
                 "loss_ema": loss_ema,
                 "metrics_bytes": logger.size,  # rank 0 only, which has the logger
+                **({"records": dict(records)} if records is not None else {}),
                 **(metadata or {}),
             },
             is_best=is_best,

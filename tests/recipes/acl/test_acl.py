@@ -106,32 +106,41 @@ def test_cli_reports_bad_preset_and_override(tmp_path, capsys):
     assert "config.yaml" in capsys.readouterr().err
 
 
+FIVE_TWO_WAY = (
+    "train.num_tasks=5",
+    "train.n_way=2",
+    "train.label_space=2",
+    "train.max_steps=1",
+    "train.lr=0.0",
+)
+
+
 def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path, data_cache):
     acl.train(_cfg(data_cache, "train.max_steps=2"), tmp_path / "base")
     ckpt = tmp_path / "base" / "checkpoints" / "latest.pt"
-    cfg = _cfg(
-        tmp_path,
-        f"train.init_from={ckpt}",
-        "train.num_tasks=5",
-        "train.n_way=2",
-        "train.label_space=2",
-        "train.max_steps=1",
-        "train.lr=0.0",
-    )
+    cfg = _cfg(tmp_path, f"train.init_from={ckpt}", *FIVE_TWO_WAY)
     acl.train(cfg, tmp_path / "ft")
     base = torch.load(ckpt, weights_only=False)
     ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)
     for k, v in base["model"].items():  # lr 0: the finetuned weights are exactly the loaded ones
         torch.testing.assert_close(ft["model"][k], v, rtol=0, atol=0, msg=k)
     # the budget behind the start checkpoint, recorded when the run starts: the base run's 2 steps
-    assert (base["extra"]["init_steps"], ft["extra"]["init_steps"]) == (0, 2)
+    assert (base["records"]["init_steps"], ft["records"]["init_steps"]) == (0, 2)
     with (tmp_path / "base" / "metrics.jsonl").open("a") as log:  # the base run trains on afterwards
         log.write(json.dumps({"step": 50}) + "\n")
     cfg_path = tmp_path / "ft" / "config.yaml"
     cfg_path.write_text(cfg_path.read_text().replace("max_steps: 1", "max_steps: 2"))
     acl.train(cfg, tmp_path / "ft", resume=True)  # the recorded value survives the resume
     ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)
-    assert (ft["step"], ft["extra"]["init_steps"]) == (2, 2)
+    assert (ft["step"], ft["records"]["init_steps"]) == (2, 2)
+    # a chain: a run started from ft counts ft's 2 steps + the 2 ft recorded, not base's later steps;
+    # so does one started from ft's exported copy (the export keeps the record)
+    assert main(["acl", "export", str(tmp_path / "ft"), str(tmp_path / "shipped")]) == 0
+    for start in ("ft", "shipped"):
+        start_ckpt = tmp_path / start / "checkpoints" / "best.pt"
+        acl.train(_cfg(tmp_path, f"train.init_from={start_ckpt}", *FIVE_TWO_WAY), tmp_path / f"from-{start}")
+        again = torch.load(tmp_path / f"from-{start}" / "checkpoints" / "latest.pt", weights_only=False)
+        assert again["records"]["init_steps"] == 4, start
 
 
 def test_an_unknown_upstream_budget_is_not_recorded_and_training_goes_on(tmp_path, data_cache, caplog):
@@ -142,7 +151,7 @@ def test_an_unknown_upstream_budget_is_not_recorded_and_training_goes_on(tmp_pat
         acl.train(_cfg(data_cache, f"train.init_from={ckpt}", "train.max_steps=1"), tmp_path / "ft")
     assert "steps behind train.init_from are unknown" in caplog.text
     assert (
-        torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)["extra"]["init_steps"]
+        torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)["records"]["init_steps"]
         is None
     )
 
@@ -157,7 +166,8 @@ def test_export_then_eval_into_another_folder(tmp_path, data_cache):
     acl.train(_cfg(data_cache, "train.max_steps=2"), run)
     assert main(["acl", "export", str(run), str(tmp_path / "shipped")]) == 0
     slim = torch.load(tmp_path / "shipped" / "checkpoints" / "best.pt", weights_only=False)
-    assert set(slim) == {"model", "step", "elapsed_seconds", "best"}
+    assert set(slim) == {"model", "step", "elapsed_seconds", "best", "records"}
+    assert slim["records"] == {"init_steps": 0}  # no train.init_from: nothing behind its start
     assert not (tmp_path / "shipped" / "checkpoints" / "latest.pt").exists()
     out = tmp_path / "out"
     args = ["acl", "eval", str(tmp_path / "shipped"), "--out", str(out), "eval.split_benchmarks=[digits]"]

@@ -177,6 +177,31 @@ def test_init_steps_recorded_at_training_are_used_not_the_upstream_log(tmp_path:
     assert read_budget_run(new)["steps"] == 4500
 
 
+def test_an_upstream_runs_own_record_ends_the_count(tmp_path: Path) -> None:
+    """a → b → c, only b evaluated with a record: c (no record) counts b's steps + b's record, so a's
+    later steps do not enter; without b's record they would."""
+    a = _run(tmp_path, "a", sources=TWO, steps=3000, seed=0, acc=0.7)
+    b = _run(
+        tmp_path,
+        "b",
+        sources=TWO,
+        steps=1500,
+        seed=0,
+        acc=0.7,
+        init_from=str(a / "checkpoints/best.pt"),
+        init_steps=3000,
+    )
+    c = _run(
+        tmp_path, "c", sources=TWO, steps=2400, seed=0, acc=0.7, init_from=str(b / "checkpoints/best.pt")
+    )
+    (a / "metrics.jsonl").write_text("".join(json.dumps({"step": k}) + "\n" for k in (3000, 30000)))
+    assert read_budget_run(c)["steps"] == 6900
+    doc = json.loads((b / "results.json").read_text())
+    del doc["run"]["init_steps"]
+    (b / "results.json").write_text(json.dumps(doc))
+    assert read_budget_run(c)["steps"] == 33900
+
+
 def test_an_init_from_in_the_source_checkout_is_found_there(tmp_path: Path, monkeypatch) -> None:
     import fastweights.recipes.acl as acl
 

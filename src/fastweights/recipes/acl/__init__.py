@@ -197,23 +197,27 @@ def _train_data(
             load_classifier_weights(build_model(cfg), init["model"])
         except ValueError as err:
             raise ValueError(f"train.init_from: {cfg.train.init_from}: {err}") from None
-    return _domain_pools(cfg), init, _init_steps(cfg, continuing)
+    return _domain_pools(cfg), init, _init_steps(cfg, init)
 
 
-def _init_steps(cfg: ACLConfig, continuing: bool) -> int | None:
-    """The meta-training budget behind ``train.init_from`` as it stands when a new run starts (0 without
-    one; :func:`~fastweights.recipes.acl.budget.upstream_steps`), kept in the run's checkpoints and
-    ``results.json`` (``run.init_steps``) so ``acl budget`` does not depend on the upstream run's later
-    steps. None when unknown (the upstream run folder is not found; a log line says why) and on resume
-    (the checkpoint's value is restored)."""
+def _init_steps(cfg: ACLConfig, init: dict[str, Any] | None) -> int | None:
+    """The meta-training budget behind ``train.init_from`` as it stands when a new run starts: the
+    steps logged by the checkpoint's run plus those behind that run's own start, as its checkpoint
+    recorded them, else counted from the logs
+    (:func:`~fastweights.recipes.acl.budget.upstream_steps`); 0 without ``train.init_from``. Kept in
+    the run's checkpoints, its export and ``results.json`` (``run.init_steps``), so ``acl budget`` does
+    not depend on what the upstream runs train later. None on resume (the checkpoint's value is
+    restored) and when it cannot be counted (no ``metrics.jsonl`` beside the checkpoint, a stepless log,
+    a damaged ``config.yaml`` upstream; a log line says which)."""
     if not cfg.train.init_from:
         return 0
-    if continuing:
+    if init is None:  # resuming
         return None
     from fastweights.recipes.acl.budget import upstream_steps
 
-    try:
-        return upstream_steps(cfg.train.init_from)
+    recorded = (init.get("records") or {}).get("init_steps")
+    try:  # the run folder of the checkpoint training loads, wherever init_checkpoint_path found it
+        return upstream_steps(str(init_checkpoint_path(cfg.train.init_from)), recorded=recorded)
     except (FileNotFoundError, ValueError) as err:
         log.warning("the meta-training steps behind train.init_from are unknown, not recorded: %s", err)
         return None
@@ -236,8 +240,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
     rng, synth_gen = sampling_streams(run)
     domains, init, init_steps = run.data
     t = cfg.train
-    upstream = {"steps": init_steps}  # restored from the checkpoint on resume
-    run.state["init_steps"] = (lambda: upstream["steps"], lambda v: upstream.update(steps=v))
+    run.records["init_steps"] = init_steps  # replaced by the checkpoint's on resume
     train_samplers = [EpisodeSampler(p["train"], rotations=cfg.data.rotations) for p in domains]
     val_samplers = [EpisodeSampler(p["val"]) for p in domains]
     model = build_model(cfg).to(device)
@@ -325,7 +328,7 @@ def _measure(
     }
     if frozen_encoder(cfg.model) is not None:
         results["run"]["backbone"] = encoder_label(cfg.model)
-    init_steps = (state.get("extra") or {}).get("init_steps")
+    init_steps = (state.get("records") or {}).get("init_steps")
     if type(init_steps) is int:  # recorded when the run started (not by checkpoints of older versions)
         results["run"]["init_steps"] = init_steps
     if mini:

@@ -53,7 +53,8 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     records ``init_steps`` when the run starts (``run.init_steps`` of ``results.json``; ``init_steps_from``
     = ``"recorded at training"``), so an upstream run trained further afterwards does not change it; for
     a run trained before that record existed the upstream logs are read now (``"upstream logs, read
-    now"``: a run started from an unfinished run then counts that run's steps as they are now; ``"no
+    now"``: a run started from an unfinished run then counts that run's steps as they are now; an
+    upstream run's own record, in its ``results.json``, is used where there is one; ``"no
     train.init_from"`` when there is none).
     ``seed`` is the training seed (None when ``config.yaml`` has none); ``metrics`` maps
     ``"<benchmark>/<scenario>"`` and :data:`SELECTION_KEY` to fractions in [0, 1]; ``chance`` maps the
@@ -100,13 +101,14 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     if isinstance(selected, dict) and isinstance(selected.get("value"), (int, float)):
         metrics[SELECTION_KEY] = float(selected["value"])
     train = _train_config(Path(run_dir))
-    if recorded is not None:
+    if not train.get("init_from"):
+        init_steps, init_steps_from = 0, "no train.init_from"
+    elif recorded is not None:
         init_steps, init_steps_from = recorded, "recorded at training"
     else:
-        init_steps = upstream_steps(
-            train.get("init_from"), where=f"{run_dir}/config.yaml: train.init_from", start=Path(run_dir)
-        )
-        init_steps_from = "upstream logs, read now" if train.get("init_from") else "no train.init_from"
+        where = f"{run_dir}/config.yaml: train.init_from"
+        init_steps = upstream_steps(train["init_from"], where=where, start=Path(run_dir))
+        init_steps_from = "upstream logs, read now"
     return {
         "run_dir": str(run_dir),
         "setting": " · ".join(p for p in parts if p),
@@ -161,16 +163,25 @@ def _init_run_folder(where: str, init_from: str) -> Path:
     )
 
 
-def upstream_steps(init_from: Any, *, where: str = "train.init_from", start: Path | None = None) -> int:
+def upstream_steps(
+    init_from: Any,
+    *,
+    where: str = "train.init_from",
+    start: Path | None = None,
+    recorded: Any = None,
+) -> int:
     """The meta-training steps behind ``init_from`` (a checkpoint in another run's ``checkpoints/``, or
     an exported copy's, e.g. ``pretrained/acl-cross/checkpoints/best.pt``): the last step of that run's
-    ``metrics.jsonl``, plus its own ``train.init_from``'s (from its ``config.yaml``), recursively; 0 for
-    an empty ``init_from``. ACL training records it when a run starts (``run.init_steps``).
+    ``metrics.jsonl`` plus the steps behind that run's own start — as it recorded them (``recorded``,
+    else its ``results.json``'s ``run.init_steps``), else counted the same way from its
+    ``train.init_from`` (in its ``config.yaml``), recursively; 0 for an empty ``init_from``. ACL training
+    records the result when a run starts (``run.init_steps``).
 
     Args:
         init_from: the ``train.init_from`` value.
         where: how errors name the setting (e.g. ``RUN/config.yaml: train.init_from``).
         start: the run folder that starts from ``init_from``, if any (a chain back to it is a cycle).
+        recorded: the ``init_steps`` the ``init_from`` checkpoint holds, if known (a whole number).
 
     Raises:
         FileNotFoundError: a run in the chain has no ``metrics.jsonl`` (working directory and source
@@ -191,9 +202,22 @@ def upstream_steps(init_from: Any, *, where: str = "train.init_from", start: Pat
             whose = f"the run {run_dir} started from" if run_dir is not None else "the model's run"
             raise ValueError(f"{log}: expected the logged steps of {whose}, found none")
         total += records[-1]["step"]
+        known = recorded if recorded is not None else _recorded_init_steps(source)
+        if type(known) is int and known >= 0:
+            return total + known
+        recorded = None
         run_dir, init_from = source, _train_config(source).get("init_from")
         where = f"{source}/config.yaml: train.init_from"
     return total
+
+
+def _recorded_init_steps(run_dir: Path) -> Any:
+    """``run.init_steps`` of ``run_dir/results.json`` (None when absent or unreadable: then the steps are
+    counted from the logs)."""
+    try:
+        return read_json(run_dir / "results.json", "an evaluated run's results")["run"]["init_steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _shorten_settings(runs: list[dict[str, Any]]) -> None:
