@@ -186,9 +186,10 @@ def _train_data(
     """The pools of every domain and, for a new run with ``train.init_from``, the checkpoint whose model
     weights start it, checked against this run's model (read before the run folder is written, so a bad
     file leaves nothing behind), and the meta-training steps behind it (:func:`_init_steps`)."""
-    init = None
+    init, init_path = None, None
     if cfg.train.init_from and not continuing:
-        init = read_checkpoint(init_checkpoint_path(cfg.train.init_from), key="train.init_from")
+        init_path = init_checkpoint_path(cfg.train.init_from)
+        init = read_checkpoint(init_path, key="train.init_from")
         if not isinstance(init.get("model"), dict):
             raise ValueError(
                 f"train.init_from: expected a checkpoint with model weights, got {cfg.train.init_from}"
@@ -197,10 +198,10 @@ def _train_data(
             load_classifier_weights(build_model(cfg), init["model"])
         except ValueError as err:
             raise ValueError(f"train.init_from: {cfg.train.init_from}: {err}") from None
-    return _domain_pools(cfg), init, _init_steps(cfg, init)
+    return _domain_pools(cfg), init, _init_steps(cfg, init, init_path)
 
 
-def _init_steps(cfg: ACLConfig, init: dict[str, Any] | None) -> int | None:
+def _init_steps(cfg: ACLConfig, init: dict[str, Any] | None, init_path: Path | None) -> int | None:
     """The meta-training budget behind ``train.init_from`` as it stands when a new run starts: the
     steps logged by the checkpoint's run plus those behind that run's own start, as its checkpoint
     recorded them, else counted from the logs
@@ -211,13 +212,13 @@ def _init_steps(cfg: ACLConfig, init: dict[str, Any] | None) -> int | None:
     a damaged ``config.yaml`` upstream; a log line says which)."""
     if not cfg.train.init_from:
         return 0
-    if init is None:  # resuming
+    if init is None or init_path is None:  # resuming
         return None
     from fastweights.recipes.acl.budget import upstream_steps
 
     recorded = (init.get("records") or {}).get("init_steps")
     try:  # the run folder of the checkpoint training loads, wherever init_checkpoint_path found it
-        return upstream_steps(str(init_checkpoint_path(cfg.train.init_from)), recorded=recorded)
+        return upstream_steps(str(init_path), recorded=recorded)
     except (FileNotFoundError, ValueError) as err:
         log.warning("the meta-training steps behind train.init_from are unknown, not recorded: %s", err)
         return None
