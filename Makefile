@@ -21,13 +21,16 @@ setup: $(STAMP)
 # (the same episodes and demonstration draws every time): docs/results.md, summary row "shipped models".
 PRETRAINED ?= acl-cross acl-5task-domain acl-5task-class
 
-# First evaluates the shipped checkpoints, then meta-trains and evaluates the cross-domain `quick` preset.
+# First evaluates the shipped checkpoints, then meta-trains and evaluates the cross-domain `quick` preset;
+# DEMO_ARGS: overrides of that training, e.g. `make demo DEMO_ARGS=train.backbone_precision=bf16` (the
+# opt-in bfloat16 backbone, on CPUs with native bfloat16: docs/results.md, "ACL step").
+DEMO_ARGS ?=
 demo: setup
 	@for name in $(PRETRAINED); do \
 	  if [ -f pretrained/$$name/checkpoints/best.pt ]; then \
 	    $(VENV)/bin/fastweights acl eval pretrained/$$name --out runs/$$name-pretrained || exit 1; \
 	    echo "Shipped $$name model: runs/$$name-pretrained/report.md"; fi; done
-	$(VENV)/bin/fastweights acl train --preset quick --run-dir $(RUN_DIR) --resume --eval
+	$(VENV)/bin/fastweights acl train --preset quick --run-dir $(RUN_DIR) --resume --eval $(DEMO_ARGS)
 	@echo "Quick run: $(RUN_DIR)/report.md"
 
 test: setup

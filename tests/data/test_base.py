@@ -98,3 +98,25 @@ def test_channel_stats_exact_and_normalize_per_channel():
         image_stats(x, 2)
     with pytest.raises(ValueError, match="images"):
         channel_stats(np.zeros((4, 4), np.uint8))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "read-only"])
+def test_stats_are_the_exact_histogram_statistics_for_any_layout(layout):
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (7, 3, 5, 5), dtype=np.uint8) // rng.integers(1, 9, (7, 3, 5, 5)).astype(
+        np.uint8
+    )
+    if layout == "strided":
+        images = np.ascontiguousarray(np.swapaxes(images, 2, 3))[:, :, ::-1]
+    if layout == "read-only":
+        images.setflags(write=False)
+    counts = np.bincount(images.ravel().astype(np.int64), minlength=256)  # the plain numpy histogram
+    values = np.arange(256) / 255.0
+    mean = (counts * values).sum() / counts.sum()
+    std = np.sqrt((counts * (values - mean) ** 2).sum() / counts.sum())
+    assert pixel_stats(images) == (mean, std)  # bit for bit: the same counts, the same sums
+    means, stds = channel_stats(images)
+    for c in range(3):
+        cc = np.bincount(images[:, c].ravel().astype(np.int64), minlength=256)
+        m = (cc * values).sum() / cc.sum()
+        assert means[c] == m and stds[c] == np.sqrt((cc * (values - m) ** 2).sum() / cc.sum())

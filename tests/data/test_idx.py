@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 from pathlib import Path
 
@@ -72,15 +73,44 @@ def _fake_dataset(folder: Path, n_train=30, n_test=10, gz=True) -> tuple[np.ndar
 
 def test_load_idx_dataset_fixture(tmp_path):
     tr, te = _fake_dataset(tmp_path / "ds")
-    ds = load_idx_dataset(tmp_path / "ds", name="Fake", image_size=32)
+    ds = load_idx_dataset(tmp_path / "ds", name="Fake", image_size=32, cache=False)
     assert ds.name == "Fake" and ds.num_classes == 10
     assert ds.train.images.shape == (30, 32, 32) and ds.test.images.shape == (10, 32, 32)
     assert ds.train.labels.dtype == np.int64
     np.testing.assert_array_equal(ds.test.labels, np.arange(10) % 7)
-    same = load_idx_dataset(tmp_path / "ds", image_size=28)
+    same = load_idx_dataset(tmp_path / "ds", image_size=28, cache=False)
     np.testing.assert_array_equal(same.train.images, tr)
     # bilinear: the mean brightness is preserved up to rounding/edges
     assert abs(ds.train.images.mean() - tr.mean()) < 2
+
+
+def test_decoded_arrays_are_cached_per_size_and_file_version(tmp_path, monkeypatch):
+    _fake_dataset(tmp_path / "ds")
+    cache = tmp_path / "cache"
+    first = load_idx_dataset(tmp_path / "ds", name="Fake", image_size=32, cache_dir=cache)
+    assert [p.name.startswith("idx-Fake-") for p in cache.iterdir()] == [True]
+    fresh = load_idx_dataset(tmp_path / "ds", name="Fake", image_size=32, cache=False)
+    import fastweights.data.sources.idx as idx
+
+    def no_decoding(path):
+        raise AssertionError(f"decoded {path} again")
+
+    with monkeypatch.context() as m:
+        m.setattr(idx, "read_idx", no_decoding)
+        again = load_idx_dataset(tmp_path / "ds", name="Fake", image_size=32, cache_dir=cache)
+    for ds in (fresh, again):  # the cached copy is the decoded data set, bit for bit
+        for split in ("train", "test"):
+            np.testing.assert_array_equal(getattr(ds, split).images, getattr(first, split).images)
+            np.testing.assert_array_equal(getattr(ds, split).labels, getattr(first, split).labels)
+            assert getattr(ds, split).labels.dtype == np.int64
+        assert (ds.mean, ds.std, ds.num_classes) == (first.mean, first.std, first.num_classes)
+    load_idx_dataset(tmp_path / "ds", name="Fake", image_size=28, cache_dir=cache)  # another size
+    assert len(list(cache.iterdir())) == 2
+    labels = write_idx(tmp_path / "ds" / IDX_FILES["test_labels"], np.arange(10, dtype=np.uint8) % 3, gz=True)
+    os.utime(labels, ns=(1, 1))  # a changed file is decoded again (its time, not only its size, counts)
+    changed = load_idx_dataset(tmp_path / "ds", name="Fake", image_size=32, cache_dir=cache)
+    np.testing.assert_array_equal(changed.test.labels, np.arange(10) % 3)
+    assert len(list(cache.iterdir())) == 3
 
 
 def test_load_idx_dataset_mismatched_counts(tmp_path):

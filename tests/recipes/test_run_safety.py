@@ -17,7 +17,8 @@ from tests.train.lock_holder import hold_in_subprocess
 
 
 def _train(root, run, *extra, steps=2):
-    """``acl train`` of the smoke preset, its glyph cache in ``root``."""
+    """``acl train`` of the smoke preset, its glyph cache in ``root`` (the module's ``trained`` root: one
+    cache build for the module)."""
     args = [
         "acl",
         "train",
@@ -105,14 +106,14 @@ def _copy_run_marker(folder):
     return folder
 
 
-def test_train_into_a_folder_with_other_files_needs_force(tmp_path, capsys):
+def test_train_into_a_folder_with_other_files_needs_force(trained, tmp_path, capsys):
     run = tmp_path / "docs"
     run.mkdir()
     (run / "notes.txt").write_text("mine")
-    assert _train(tmp_path, run) == 2
+    assert _train(trained, run) == 2
     assert "not empty (notes.txt)" in capsys.readouterr().err
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
-    assert _train(tmp_path, run, "--force") == 0
+    assert _train(trained, run, "--force") == 0
     assert (run / "notes.txt").read_text() == "mine"
 
 
@@ -139,8 +140,8 @@ def test_resume_without_checkpoints_is_an_error_not_a_restart(trained, tmp_path,
     assert _snapshot(run) == before
 
 
-def test_resume_of_a_new_folder_starts_a_run(tmp_path):
-    assert _train(tmp_path, tmp_path / "new", "--resume") == 0
+def test_resume_of_a_new_folder_starts_a_run(trained, tmp_path):
+    assert _train(trained, tmp_path / "new", "--resume") == 0
     assert torch.load(tmp_path / "new" / "checkpoints" / "latest.pt", weights_only=False)["step"] == 2
 
 

@@ -83,10 +83,10 @@ def test_loss_variants_train(tmp_path, flag, data_cache):
     assert summary["step"] == 2 and 0.0 <= summary["val_acc"] <= 1.0
 
 
-def test_curriculum_stages_are_used(tmp_path):
+def test_curriculum_stages_are_used(tmp_path, data_cache):
     acl.train(
         _cfg(
-            tmp_path,
+            data_cache,
             "train.max_steps=3",
             "train.val_every_steps=1",
             "train.curriculum=[{until_step: 2, n_way: 2, k_shot: 1}]",
@@ -118,7 +118,7 @@ FIVE_TWO_WAY = (
 def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path, data_cache):
     acl.train(_cfg(data_cache, "train.max_steps=2"), tmp_path / "base")
     ckpt = tmp_path / "base" / "checkpoints" / "latest.pt"
-    cfg = _cfg(tmp_path, f"train.init_from={ckpt}", *FIVE_TWO_WAY)
+    cfg = _cfg(data_cache, f"train.init_from={ckpt}", *FIVE_TWO_WAY)
     acl.train(cfg, tmp_path / "ft")
     base = torch.load(ckpt, weights_only=False)
     ft = torch.load(tmp_path / "ft" / "checkpoints" / "latest.pt", weights_only=False)
@@ -138,7 +138,8 @@ def test_meta_finetune_five_two_way_tasks_from_checkpoint(tmp_path, data_cache):
     assert main(["acl", "export", str(tmp_path / "ft"), str(tmp_path / "shipped")]) == 0
     for start in ("ft", "shipped"):
         start_ckpt = tmp_path / start / "checkpoints" / "best.pt"
-        acl.train(_cfg(tmp_path, f"train.init_from={start_ckpt}", *FIVE_TWO_WAY), tmp_path / f"from-{start}")
+        cfg = _cfg(data_cache, f"train.init_from={start_ckpt}", *FIVE_TWO_WAY)
+        acl.train(cfg, tmp_path / f"from-{start}")
         again = torch.load(tmp_path / f"from-{start}" / "checkpoints" / "latest.pt", weights_only=False)
         assert again["records"]["init_steps"] == 4, start
 
@@ -292,7 +293,7 @@ def test_class_incremental_meta_finetuning_from_a_five_way_run(tmp_path, data_ca
     acl.train(_cfg(data_cache, *CROSS, "train.max_steps=1"), tmp_path / "base")
     ckpt = tmp_path / "base" / "checkpoints" / "latest.pt"
     cfg = _cfg(
-        tmp_path,
+        data_cache,
         *CROSS,
         f"train.init_from={ckpt}",
         "model.num_classes=10",

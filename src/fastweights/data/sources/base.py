@@ -10,10 +10,12 @@ channel) for RGB data.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 __all__ = [
     "ClassPool",
@@ -78,6 +80,15 @@ def _stats_from_counts(counts: np.ndarray) -> tuple[float, float]:
     return mean, (math.sqrt(var) if var > 0 else 1.0)
 
 
+def _histogram(values: np.ndarray) -> np.ndarray:
+    """Counts ``[256]`` (float64) of the byte values of a uint8 array of any shape: torch's integer
+    ``bincount`` (~15x numpy's, which first widens every byte to int64; the same counts)."""
+    with warnings.catch_warnings():  # a read-only array (e.g. a cache file's) is only read here
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.from_numpy(np.ascontiguousarray(values)).flatten()
+    return flat.bincount(minlength=256).numpy().astype(np.float64)
+
+
 def pixel_stats(images: np.ndarray) -> tuple[float, float]:
     """Mean and standard deviation of ``images / 255`` for a ``uint8`` array of any shape.
 
@@ -86,7 +97,7 @@ def pixel_stats(images: np.ndarray) -> tuple[float, float]:
     """
     if images.size == 0:
         return 0.0, 1.0
-    counts = np.bincount(np.asarray(images, dtype=np.uint8).ravel(), minlength=256).astype(np.float64)
+    counts = _histogram(np.asarray(images, dtype=np.uint8))
     return _stats_from_counts(counts)
 
 
@@ -107,7 +118,7 @@ def channel_stats(images: np.ndarray, chunk: int = 256) -> tuple[tuple[float, ..
     for c in range(flat.shape[1]):
         counts = np.zeros(256, dtype=np.float64)
         for i in range(0, len(flat), chunk):
-            counts += np.bincount(flat[i : i + chunk, c].ravel(), minlength=256)
+            counts += _histogram(flat[i : i + chunk, c])
         m, s = _stats_from_counts(counts) if counts.sum() else (0.0, 1.0)
         means.append(m)
         stds.append(s)

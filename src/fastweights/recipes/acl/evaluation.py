@@ -122,7 +122,9 @@ def _split_dataset(cfg: ACLConfig, name: str) -> SplitDataset:
         return load_split_dataset(name, image_size=cfg.data.image_size)
     key = f"{name}_dir"
     try:
-        return load_split_dataset(name, str(getattr(cfg.data, key)), image_size=cfg.data.image_size)
+        return load_split_dataset(
+            name, str(getattr(cfg.data, key)), image_size=cfg.data.image_size, cache_dir=cfg.data.cache_dir
+        )
     except (FileNotFoundError, ValueError) as err:
         raise type(err)(f"data.{key}: {err}") from None
 

@@ -216,7 +216,9 @@ def _mini_dataset(cfg: Any, name: str) -> SplitDataset:
     size = cfg.data.image_size
     if name == "fashion_mnist":
         try:
-            return load_split_dataset(name, str(cfg.data.fashion_mnist_dir), image_size=size)
+            return load_split_dataset(
+                name, str(cfg.data.fashion_mnist_dir), image_size=size, cache_dir=cfg.data.cache_dir
+            )
         except (FileNotFoundError, ValueError) as err:
             raise type(err)(f"data.fashion_mnist_dir: {err}") from None
     options = {"cache_dir": cfg.data.cache_dir} if name in ("font_letters", "colour_digits") else {}
