@@ -464,10 +464,12 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    """Finished smoke runs (ACL twice, LM once) and a corpus, built once for the module."""
+def base(tmp_path_factory, data_cache) -> Path:
+    """Finished smoke runs (ACL twice, LM once) and a corpus, built once for the module; ``cache``
+    links to the session's data cache (decoded data shared with the other tests)."""
     root = tmp_path_factory.mktemp("base")
     cache = root / "cache"
+    cache.symlink_to(data_cache)
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, len(WORDS), (6000,), generator=g).tolist()
     (root / "corpus.txt").write_text(" ".join(WORDS[i] for i in idx))

@@ -317,11 +317,13 @@ def _lm_corpus(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
+def base(tmp_path_factory, data_cache) -> Path:
     """Finished two-step smoke runs of rl, lm, fewshot and sequential, an ``lm export`` folder, a
-    one-method cl-baselines run and a corpus; built once for the module."""
+    one-method cl-baselines run and a corpus; built once for the module. ``cache`` links to the
+    session's data cache (decoded data shared with the other tests)."""
     root = tmp_path_factory.mktemp("base")
     cache = root / "cache"
+    cache.symlink_to(data_cache)
     _lm_corpus(root)
     # validation and checkpoints every 2 steps: a resume to step 4 logs step 4 before it saves anything
     short = [

@@ -7,7 +7,6 @@ import json
 import multiprocessing
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,9 +16,8 @@ import torch
 from fastweights import io
 from fastweights.cli import main
 from fastweights.recipes import cl_baselines
+from fastweights.recipes.cl_baselines import report as cb_report
 from fastweights.train import checkpoint
-
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _die() -> None:
@@ -166,18 +164,29 @@ def _cb_numbers(run):
     }
 
 
+def _no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests compare numbers: the runs in this process skip drawing the report's plots (most of a
+    smoke run's time; the plots are tested in tests/recipes/cl_baselines/test_cl_baselines.py)."""
+    monkeypatch.setattr(cb_report, "_plots", lambda results, plots: [])
+
+
 @pytest.fixture(scope="module")
 def cb_reference(tmp_path_factory):
     """The numbers of an uninterrupted cl-baselines run in one process (``workers=2`` gives the same
     numbers: tests/recipes/cl_baselines/test_cl_baselines.py), shared by the two kill tests below."""
     ref = tmp_path_factory.mktemp("cb") / "ref"
-    assert main(_cb_args(ref)) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        _no_plots(mp)
+        assert main(_cb_args(ref)) == 0
     return _cb_numbers(ref)
 
 
 @pytest.mark.slow
-def test_cl_baselines_killed_at_cell_writes_then_resumed_equals_the_uninterrupted_run(tmp_path, cb_reference):
+def test_cl_baselines_killed_at_cell_writes_then_resumed_equals_the_uninterrupted_run(
+    tmp_path, cb_reference, monkeypatch
+):
     run = tmp_path / "run"
+    _no_plots(monkeypatch)
     for i, (kind, nth) in enumerate([("after", 3), ("inside", 2), ("before", 4)]):
         code = _in_fork(_run_until_cell_kill, kind, nth, _cb_args(run, *(["--resume"] if i else [])))
         assert code == -signal.SIGKILL, (kind, nth, code)
@@ -191,32 +200,45 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
+def _alive(pids: list[int]) -> list[int]:
+    """The processes of ``pids`` still running (neither gone nor a zombie waiting to be reaped)."""
+    alive = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if "zombie" not in status:
+            alive.append(pid)
+    return alive
+
+
+def _cli(args: list[str]) -> None:
+    sys.exit(main(args))
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux")
-def test_cl_baselines_workers_die_with_a_killed_run_and_resume_matches(tmp_path, cb_reference):
+def test_cl_baselines_workers_die_with_a_killed_run_and_resume_matches(tmp_path, cb_reference, monkeypatch):
     import time
 
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastweights.cli", *_cb_args(run, "workers=2")],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    # the run's parent process is forked from this one (as in _in_fork: no interpreter start-up); its
+    # workers are spawned interpreters as always
+    proc = multiprocessing.get_context("fork").Process(target=_cli, args=(_cb_args(run, "workers=2"),))
+    proc.start()
     deadline = time.time() + 120
     while not list((run / "cells").glob("*/*/*/[!_]*.json")) and time.time() < deadline:
         time.sleep(0.05)
     workers = _children(proc.pid)
     proc.kill()
-    proc.wait()
+    proc.join()
+    assert proc.exitcode == -signal.SIGKILL
     deadline = time.time() + 10
-    while any(Path(f"/proc/{w}").exists() for w in workers) and time.time() < deadline:
+    while _alive(workers) and time.time() < deadline:  # dead: gone, or a zombie its new parent reaps later
         time.sleep(0.05)
-    alive = [
-        w
-        for w in workers
-        if Path(f"/proc/{w}").exists() and "zombie" not in Path(f"/proc/{w}/status").read_text()
-    ]
-    assert workers and not alive
-    assert main([*_cb_args(run), "--resume"]) == 0  # in this process: the workers give the same cells
+    assert workers and not _alive(workers)
+    _no_plots(monkeypatch)
+    # in this process (workers=1, which a resume may change): the cells the workers wrote are kept
+    assert main([*_cb_args(run), "--resume", "workers=1"]) == 0
     assert _cb_numbers(run) == cb_reference

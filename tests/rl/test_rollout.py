@@ -127,14 +127,17 @@ def test_reward_clips():
 
 @pytest.mark.slow
 def test_a_few_hundred_updates_learn_empty_random(one_thread):
-    # the easiest game: a feed-forward agent beats the random policy's return (0.32 measured) quickly
+    # the easiest game: a feed-forward agent beats the random policy's return (0.32 measured) quickly.
+    # Discount 0.9 and lr 2e-3 (measured, seeds 0-9 for the agent, environments and actions: greedy
+    # return 0.94-0.96 after 120 updates; with discount 0.99 and lr 1e-3 the greedy policy of seeds 2-4
+    # is still stuck at 0.15 after 150 updates and needs ~200)
     torch.manual_seed(0)
     agent = Agent(MiniGridEncoder(64), 7, Core("ff", 65))
     env = MiniGridVecEnv(["MiniGrid-Empty-Random-5x5-v0"], 16, LevelSet(0, 200), seed=0)
     actor = Actor(agent, env, seed=0, reward_clip="none")
-    opt = torch.optim.RMSprop(agent.parameters(), lr=1e-3, alpha=0.99, eps=0.01)
-    for _ in range(150):
-        loss, _ = learner_loss(agent, actor.unroll(20), entropy_cost=0.01)
+    opt = torch.optim.RMSprop(agent.parameters(), lr=2e-3, alpha=0.99, eps=0.01)
+    for _ in range(120):
+        loss, _ = learner_loss(agent, actor.unroll(20), discount=0.9, entropy_cost=0.01)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 40.0)

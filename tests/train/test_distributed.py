@@ -86,10 +86,26 @@ def _as_rank(rank: int, size: int, port: int, target, args) -> None:
     sys.exit(result if isinstance(result, int) else 0)
 
 
+def _preload() -> None:
+    """Import here what every rank would otherwise import on its own first steps: ``torch._dynamo``
+    (optimisers and the ``meta``-device model count load it, about a second), the recipes, matplotlib
+    (whose fonts the glyph renderer looks up) and the CPU kernel where it is enabled. The forked ranks
+    inherit them."""
+    import matplotlib  # noqa: F401
+    import torch._dynamo  # noqa: F401
+
+    import fastweights.recipes.fewshot  # noqa: F401
+    from fastweights.ops import srwm_cpu
+
+    srwm_cpu.enabled()  # loads the kernel (FASTWEIGHTS_CPU_KERNEL=0: left unloaded, as in the ranks)
+
+
 def _run_ranks(target, args: tuple, size: int) -> list[int]:
     """``target(*args)`` on ``size`` ranks, each a child forked from this test process with torchrun's
     environment variables (a fork starts in milliseconds where torchrun and its fresh interpreters spend
-    seconds importing torch; ``_torchrun`` below launches the real thing). Returns the exit codes."""
+    seconds importing torch; ``_torchrun`` below launches the real thing), after :func:`_preload`.
+    Returns the exit codes."""
+    _preload()
     port = _free_port()
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_as_rank, args=(rank, size, port, target, args)) for rank in range(size)]

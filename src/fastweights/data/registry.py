@@ -115,6 +115,8 @@ _DATASETS: dict[str, tuple[int, bool, Callable[..., SplitDataset]]] = {
     "font_letters": (32, False, _font_letters),
     "colour_digits": (32, False, _colour_digits),
 }
+#: the split data sets whose loader caches its decoded or rendered arrays (``cache_dir``)
+_CACHED_DATASETS = ("fashion_mnist", "mnist", "font_letters", "colour_digits")
 CLASS_POOLS = tuple(_POOLS)
 SPLIT_DATASETS = tuple(_DATASETS)
 #: sources whose images are RGB (the others are grayscale, repeated to RGB on request)
@@ -290,7 +292,8 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
             options = dict(examples_per_class=p.examples_per_class, seed=p.seed, cache_dir=p.cache_dir)
         pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
     elif p.source in SPLIT_DATASETS:
-        pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size))
+        cached = {"cache_dir": p.cache_dir} if p.source in _CACHED_DATASETS else {}
+        pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size, **cached))
     else:
         raise ValueError(f"{key}.source: expected one of {CLASS_POOLS + SPLIT_DATASETS}, got {p.source!r}")
     if p.channels == 3:

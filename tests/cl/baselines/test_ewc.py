@@ -111,7 +111,8 @@ def test_online_fisher_decays_with_gamma():
 
 @pytest.mark.parametrize("kind", ["mlp", "conv4"])
 @pytest.mark.parametrize(
-    "make", [lambda: EWC(lam=1e3, fisher_samples=8), lambda: OnlineEWC(lam=1e3, gamma=0.5)]
+    "make",
+    [lambda: EWC(lam=1e3, fisher_samples=8), lambda: OnlineEWC(lam=1e3, gamma=0.5, fisher_samples=8)],
 )
 def test_runs_in_fit_stream_deterministically_and_differs_from_finetuning(kind, make):
     R = check_runs_and_deterministic(make, kind)

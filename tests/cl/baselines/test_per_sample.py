@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fastweights.cl.baselines import per_sample
 from fastweights.cl.baselines.per_sample import mean_over_samples, per_sample_grads, strided_subset
 from tests.cl.baselines._tiny import SIZE, tiny_learner
 
@@ -51,6 +52,31 @@ def test_mean_over_samples_is_the_weighted_mean_of_the_statistic():
     absolute = mean_over_samples(model, x, y, _ce, torch.abs)
     for n, v in absolute.items():
         torch.testing.assert_close(v, sum(ref[k][n].abs() for k in range(7)) / 7, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("stat", [torch.square, torch.abs])
+def test_mlp_batched_form_equals_the_batch_size_one_loop_over_chunks_and_frozen_layers(stat):
+    """The MLP's batched form of mean_over_samples (per layer ``stat(δ)ᵀ stat(a)``, per_sample._linear_mean)
+    gives the per-example loop's sums in fp64: more examples than one chunk, a frozen weight (left out),
+    weights per example; the results carry no autograd graph."""
+    model = tiny_learner("mlp").double().eval()
+    model.net[3].weight.requires_grad_(False)
+    n = per_sample._CHUNK + 21
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(n, 1, SIZE, SIZE, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 6, (n,), generator=g)
+    w = torch.rand(n, generator=g, dtype=torch.float64)
+    trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    want = {name: torch.zeros_like(p) for name, p in trainable.items()}
+    for k in range(n):  # reference: one ordinary backward per example
+        grads = torch.autograd.grad(_ce(model(x[k : k + 1])[0], y[k]), list(trainable.values()))
+        for name, grad in zip(trainable, grads, strict=True):
+            want[name] += w[k] * stat(grad)
+    got = mean_over_samples(model, x, y, _ce, stat, weight=w)
+    assert set(got) == set(trainable) and "net.3.weight" not in got
+    for name, v in got.items():
+        assert not v.requires_grad
+        torch.testing.assert_close(v, want[name] / n, rtol=1e-10, atol=1e-14)
 
 
 def test_frozen_parameters_are_left_out_and_p_grad_is_untouched():

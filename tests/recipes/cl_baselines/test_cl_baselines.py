@@ -14,6 +14,7 @@ from fastweights.cli import main
 from fastweights.config import load_config, preset_path
 from fastweights.recipes import cl_baselines as cb
 from fastweights.recipes.cl_baselines import compare as baselines_compare
+from fastweights.recipes.cl_baselines import report as cb_report
 from fastweights.recipes.cl_baselines.compare import compare
 from fastweights.recipes.cl_baselines.config import (
     BaselinesConfig,
@@ -58,6 +59,14 @@ def _numbers(results: dict) -> dict:
 def finished(tmp_path_factory) -> tuple[Path, dict]:
     run_dir = tmp_path_factory.mktemp("clb") / "run"
     return run_dir, cb.run(tiny_config(), run_dir, command="test")
+
+
+@pytest.fixture
+def no_plots(monkeypatch):
+    """Runs whose numbers (not report) a test checks skip drawing the report's plots (a dozen figures,
+    most of a tiny run's time); the finished run draws them all (test_run_writes_every_cell_report_and_plots
+    checks them)."""
+    monkeypatch.setattr(cb_report, "_plots", lambda results, plots: [])
 
 
 def test_run_writes_every_cell_report_and_plots(finished):
@@ -124,7 +133,7 @@ def test_fewshot_stream_is_the_acl_demonstrations():
         assert got.query_x.shape[0] == len(want.query_labels)
 
 
-def test_resume_after_a_kill_gives_the_same_numbers(finished, tmp_path, monkeypatch):
+def test_resume_after_a_kill_gives_the_same_numbers(finished, tmp_path, monkeypatch, no_plots):
     _, full = finished
     run_dir = tmp_path / "run"
     real = cb._method_cell
@@ -147,20 +156,20 @@ def test_resume_after_a_kill_gives_the_same_numbers(finished, tmp_path, monkeypa
     assert (run_dir / "command.txt").read_text() == "first\nsecond\n"
 
 
-def test_same_seed_same_numbers_and_methods_share_initialisations(finished, tmp_path):
+def test_same_seed_same_numbers_and_methods_share_initialisations(finished, tmp_path, no_plots):
     _, full = finished
     again = cb.run(tiny_config(), tmp_path / "again")
     assert _numbers(again) == _numbers(full)
 
 
 @pytest.mark.slow
-def test_worker_processes_give_the_same_numbers(finished, tmp_path):
+def test_worker_processes_give_the_same_numbers(finished, tmp_path, no_plots):
     _, full = finished
     parallel = cb.run(tiny_config(workers=2), tmp_path / "parallel")
     assert _numbers(parallel) == _numbers(full)
 
 
-def test_run_folder_safety(finished, tmp_path):
+def test_run_folder_safety(finished, tmp_path, no_plots):
     run_dir, _ = finished
     with pytest.raises(FileExistsError, match="--resume"):
         cb.run(tiny_config(), run_dir)
@@ -176,7 +185,7 @@ def test_run_folder_safety(finished, tmp_path):
     assert _numbers(again) == _numbers(cb.run(tiny_config(), run_dir, resume=True))
 
 
-def test_force_starts_over(tmp_path):
+def test_force_starts_over(tmp_path, no_plots):
     run_dir = tmp_path / "run"
     cfg = tiny_config(methods=["sgd"], scenarios=["class-2task"], budgets=["fewshot"], runs=1)
     cb.run(cfg, run_dir)
@@ -354,7 +363,7 @@ def test_cli_bad_inputs_are_one_line_and_change_nothing(argv, match, setup, fini
         assert not (tmp_path / "r").exists()
 
 
-def test_split_emoji_with_the_conv4_learner_uses_acls_emoji_stream(tmp_path):
+def test_split_emoji_with_the_conv4_learner_uses_acls_emoji_stream(tmp_path, no_plots):
     from fastweights.data.streams import pool_split_tasks
 
     cfg = tiny_config(
@@ -364,6 +373,10 @@ def test_split_emoji_with_the_conv4_learner_uses_acls_emoji_stream(tmp_path):
         scenarios=["domain"],
         budgets=["fewshot", "full"],
         data=BaselinesDataConfig(benchmarks=["emoji"]),
+        train=BaselinesTrainConfig(  # one learning rate per budget: no settings search to train
+            fewshot=BaselinesTrainGrid(epochs=[2], batch_size=[10]),
+            full=BaselinesTrainGrid(epochs=[1], batch_size=[128]),
+        ),
     )
     res = cb.run(cfg, tmp_path / "run")
     assert set(res["cells"]) == {"Split-Emoji/domain/fewshot", "Split-Emoji/domain/full"}

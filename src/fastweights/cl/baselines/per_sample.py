@@ -7,6 +7,13 @@ CPU for the 2 × 400 MLP and Conv-4 learners, that loop is about 8–20× faster
 (``torch.func.vmap(grad(...))`` over a ``functional_call``, or a backward batched over unit
 cotangents), and it holds one gradient at a time, not one per example; ``vmap`` also cannot
 run Conv-4, whose input check is data-dependent control flow.
+
+:func:`mean_over_samples` of the :class:`~fastweights.cl.baselines.learners.MLP` with ``stat`` the square
+or the absolute value needs no per-sample gradient at all: the gradient of an example's loss with respect
+to a linear layer's weight is the outer product ``δ aᵀ`` of the gradient ``δ`` at the layer's output and
+its input ``a``, so ``Σ_k w_k stat(δ_k a_kᵀ) = (w ⊙ stat(δ))ᵀ stat(a)`` over the examples' rows: one
+batched forward and backward (the MLP computes every example on its own) gives the same sums up to
+floating-point rounding, 4–20× faster than the loop on this CPU (EWC's Fisher, MAS's importance).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_int
+
+from .learners import MLP
 
 __all__ = ["SampleLoss", "per_sample_grads", "mean_over_samples", "strided_subset"]
 
@@ -76,8 +85,9 @@ def mean_over_samples(
     weight: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """``(1/N) Σ_k w_k · stat(g_k)`` per parameter, ``g_k`` the per-sample gradient of
-    :func:`per_sample_grads` (``w_k = weight[k]``, default 1), accumulated one example at a time.
-    ``stat`` is elementwise, e.g. ``torch.square`` or ``torch.abs``.
+    :func:`per_sample_grads` (``w_k = weight[k]``, default 1), accumulated one example at a time
+    (for the MLP learner with ``stat`` ``torch.square`` or ``torch.abs``: from one batched backward per
+    256 examples, the module docstring). ``stat`` is elementwise, e.g. ``torch.square`` or ``torch.abs``.
 
     Returns ``{name: param.shape}`` tensors in the parameters' dtype (zeros for ``N = 0``). Raises
     ``ValueError`` when ``target`` or ``weight`` does not have one entry per example.
@@ -85,12 +95,74 @@ def mean_over_samples(
     _check_lengths(x, target)
     if weight is not None and tuple(weight.shape) != (len(x),):
         raise ValueError(f"weight: expected shape ({len(x)},), given {tuple(weight.shape)}")
+    if type(model) is MLP and (stat is torch.square or stat is torch.abs):
+        return _linear_mean(model, x, target, loss, stat, weight)
     out = {n: torch.zeros_like(p.detach()) for n, p in model.named_parameters() if p.requires_grad}
     for k, grads in enumerate(_grads(model, x, target, loss)):
         w = 1.0 if weight is None else float(weight[k])
         for n, g in grads.items():
             out[n].add_(stat(g), alpha=w)
     return {n: v / max(len(x), 1) for n, v in out.items()}
+
+
+_CHUNK = 256  # examples per batched pass of _linear_mean
+
+
+def _linear_mean(
+    model: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    loss: SampleLoss,
+    stat: Callable[[Tensor], Tensor],
+    weight: Tensor | None,
+) -> dict[str, Tensor]:
+    """:func:`mean_over_samples` of a model whose examples are computed independently and whose
+    trainable parameters all belong to ``nn.Linear`` layers each applied once to ``[N, in]`` rows (the
+    :class:`~fastweights.cl.baselines.learners.MLP`), for a ``stat`` with ``stat(u v) = stat(u) stat(v)``
+    (square, absolute value): per layer ``(1/N) Σ_k w_k stat(δ_k) stat(a_k)ᵀ`` (weight) and
+    ``(1/N) Σ_k w_k stat(δ_k)`` (bias), ``a_k`` the layer's input and ``δ_k`` the gradient of example
+    ``k``'s loss at its output, in batches of :data:`_CHUNK` examples."""
+    out = {n: torch.zeros_like(p.detach()) for n, p in model.named_parameters() if p.requires_grad}
+    modules = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    seen: dict[str, tuple[Tensor, Tensor]] = {}  # layer name -> its (input, output) in the current chunk
+
+    def keep(name: str) -> Callable[..., None]:
+        return lambda _module, inputs, output: seen.__setitem__(name, (inputs[0].detach(), output))
+
+    hooks = [m.register_forward_hook(keep(name)) for name, m in modules.items()]
+    try:
+        for i in range(0, len(x), _CHUNK):
+            xs, ts = x[i : i + _CHUNK], target[i : i + _CHUNK]
+            with torch.enable_grad():
+                logits = model(xs)
+                live = [name for name in modules if seen[name][1].requires_grad]
+                if not live:  # no trainable parameter
+                    break
+                total = _summed_loss(loss, logits, ts)
+                deltas = torch.autograd.grad(total, [seen[name][1] for name in live], allow_unused=True)
+            w = None if weight is None else weight[i : i + len(ts)].detach().to(logits.dtype)[:, None]
+            for name, delta in zip(live, deltas, strict=True):
+                if delta is None:
+                    continue
+                s_delta = stat(delta) if w is None else stat(delta) * w
+                if f"{name}.weight" in out:
+                    out[f"{name}.weight"].add_(s_delta.T @ stat(seen[name][0]))
+                if modules[name].bias is not None and f"{name}.bias" in out:
+                    out[f"{name}.bias"].add_(s_delta.sum(0))
+            seen.clear()
+    finally:
+        for h in hooks:
+            h.remove()
+    return {n: v / max(len(x), 1) for n, v in out.items()}
+
+
+def _summed_loss(loss: SampleLoss, logits: Tensor, target: Tensor) -> Tensor:
+    """``Σ_k loss(logits[k], target[k])``: vectorised by ``torch.func.vmap`` (the same gradients as the
+    loop over examples), or that loop for a loss ``vmap`` cannot run (e.g. data-dependent control flow)."""
+    try:
+        return torch.func.vmap(loss)(logits, target).sum()
+    except RuntimeError:
+        return torch.stack([loss(logits[k], target[k]) for k in range(len(target))]).sum()
 
 
 def strided_subset(x: Tensor, y: Tensor, n: int) -> tuple[Tensor, Tensor]:
