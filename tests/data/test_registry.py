@@ -101,3 +101,26 @@ def test_a_source_without_its_folder_names_the_section_key(source, monkeypatch):
         ValueError, match=rf"^domain_b\.root: expected the local folder holding the '{source}'"
     ):
         load_pools_for(PoolConfig(source=source, channels=3), "domain_b")
+
+
+def test_cache_dir_reaches_the_loaders_that_cache_and_the_others_ignore_it(tmp_path):
+    _fake_dataset(tmp_path / "mnist")
+    cache = tmp_path / "cache"
+    ds = load_split_dataset("mnist", tmp_path / "mnist", image_size=16, cache_dir=cache)
+    assert ds.train.images.shape[1:] == (16, 16)
+    assert [p.name.startswith("idx-MNIST-") for p in cache.iterdir()] == [True]
+    digits = load_split_dataset("digits", image_size=16, cache_dir=tmp_path / "unused")
+    assert digits.num_classes == 10 and not (tmp_path / "unused").exists()
+
+
+def test_pools_of_a_split_data_set_use_the_configs_cache_dir(tmp_path, monkeypatch):
+    seen = {}
+
+    def spy(folder, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(registry, "load_idx_dataset", spy)
+    with pytest.raises(RuntimeError, match="stop here"):
+        load_pools_for(PoolConfig(source="mnist", root=str(tmp_path), cache_dir=str(tmp_path / "c")))
+    assert seen["cache_dir"] == str(tmp_path / "c")

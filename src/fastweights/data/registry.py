@@ -179,7 +179,12 @@ def load_class_pools(
 
 
 def load_split_dataset(
-    name: str, root: str | os.PathLike | None = None, *, image_size: int | None = None, **options: Any
+    name: str,
+    root: str | os.PathLike | None = None,
+    *,
+    image_size: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    **options: Any,
 ) -> SplitDataset:
     """A train/test :class:`SplitDataset` of the source ``name`` (default image size 32 for all).
 
@@ -190,9 +195,14 @@ def load_split_dataset(
     ``"font_letters"`` (letters A-J rendered from fonts, a notMNIST analogue, :func:`load_font_letters`;
     ``root`` ignored), ``"colour_digits"`` (RGB digits rendered from fonts, an SVHN analogue,
     :func:`load_colour_digits`; ``root`` ignored).
-    ``root`` defaults to ``$FASTWEIGHTS_DATA`` where a folder is needed. Raises ``ValueError`` for an
-    unknown name or a missing root, and whatever the loader raises.
+    ``root`` defaults to ``$FASTWEIGHTS_DATA`` where a folder is needed. ``cache_dir`` is where the
+    loaders that cache their decoded or rendered arrays (the IDX sets, ``font_letters``,
+    ``colour_digits``) keep them (default ``$FASTWEIGHTS_CACHE`` or ``~/.cache/fastweights``); the other
+    sources ignore it. Raises ``ValueError`` for an unknown name or a missing root, and whatever the
+    loader raises.
     """
+    if cache_dir is not None and name in _CACHED_DATASETS:
+        options = {**options, "cache_dir": cache_dir}
     return _load(_DATASETS, "split datasets", name, root, image_size, options)
 
 
@@ -292,8 +302,8 @@ def load_pools_for(p: PoolConfig, key: str = "data") -> dict[str, ClassPool]:
             options = dict(examples_per_class=p.examples_per_class, seed=p.seed, cache_dir=p.cache_dir)
         pools = load_class_pools(p.source, p.root, image_size=p.image_size, **options)
     elif p.source in SPLIT_DATASETS:
-        cached = {"cache_dir": p.cache_dir} if p.source in _CACHED_DATASETS else {}
-        pools = split_dataset_pools(load_split_dataset(p.source, p.root, image_size=p.image_size, **cached))
+        data = load_split_dataset(p.source, p.root, image_size=p.image_size, cache_dir=p.cache_dir)
+        pools = split_dataset_pools(data)
     else:
         raise ValueError(f"{key}.source: expected one of {CLASS_POOLS + SPLIT_DATASETS}, got {p.source!r}")
     if p.channels == 3:

@@ -79,6 +79,25 @@ def test_mlp_batched_form_equals_the_batch_size_one_loop_over_chunks_and_frozen_
         torch.testing.assert_close(v, want[name] / n, rtol=1e-10, atol=1e-14)
 
 
+def test_mlp_batched_form_runs_a_loss_vmap_cannot_example_by_example():
+    """A loss with data-dependent control flow (``torch.func.vmap`` cannot run it) is summed over the
+    chunk's examples one by one: the same sums as the per-example loop."""
+
+    def branching(logits, y):
+        return _ce(logits, y) if logits[0] > 0 else logits.square().sum()
+
+    model = tiny_learner("mlp").double().eval()
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(9, 1, SIZE, SIZE, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 6, (9,), generator=g)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [torch.autograd.grad(branching(model(x[k : k + 1])[0], y[k]), params) for k in range(9)]
+    got = mean_over_samples(model, x, y, branching, torch.square)
+    for i, (name, v) in enumerate(got.items()):
+        want = sum(g[i].square() for g in grads) / 9
+        torch.testing.assert_close(v, want, rtol=1e-10, atol=1e-14, msg=name)
+
+
 def test_frozen_parameters_are_left_out_and_p_grad_is_untouched():
     model = tiny_learner("mlp").eval()
     model.net[1].weight.requires_grad_(False)

@@ -221,9 +221,8 @@ def _mini_dataset(cfg: Any, name: str) -> SplitDataset:
             )
         except (FileNotFoundError, ValueError) as err:
             raise type(err)(f"data.fashion_mnist_dir: {err}") from None
-    options = {"cache_dir": cfg.data.cache_dir} if name in ("font_letters", "colour_digits") else {}
     try:
-        return load_split_dataset(name, image_size=size, **options)
+        return load_split_dataset(name, image_size=size, cache_dir=cfg.data.cache_dir)
     except (FileNotFoundError, ValueError) as err:
         raise type(err)(f"eval.mini_datasets: {name}: {err}") from None
 
