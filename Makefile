@@ -27,7 +27,7 @@ PRETRAINED ?= acl-cross acl-5task-domain acl-5task-class
 DEMO_ARGS ?=
 demo: setup
 	@for name in $(PRETRAINED); do \
-	  if [ -f pretrained/$$name/checkpoints/best.pt ]; then \
+	  if [ -f pretrained/$$name/model.safetensors ]; then \
 	    $(VENV)/bin/fastweights acl eval pretrained/$$name --out runs/$$name-pretrained || exit 1; \
 	    echo "Shipped $$name model: runs/$$name-pretrained/report.md"; fi; done
 	$(VENV)/bin/fastweights acl train --preset quick --run-dir $(RUN_DIR) --resume --eval $(DEMO_ARGS)

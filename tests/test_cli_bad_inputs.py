@@ -238,9 +238,9 @@ CASES = [
         r"train\.init_from.*best\.pt.*input_proj\.weight.*\[64, 38\].*\[32, 38\]",
     ),
     Case(
-        "acl-init_from-run-folder",
-        [*ACL_NEW, "train.init_from={root}/run"],
-        r"train\.init_from.*run",
+        "acl-init_from-folder-without-a-model",
+        [*ACL_NEW, "train.init_from={root}/run/checkpoints"],
+        r"train\.init_from.*checkpoints.*expected a run or export folder",
     ),
     Case(
         "acl-init_from-lm-checkpoint",

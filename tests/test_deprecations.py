@@ -154,7 +154,12 @@ def test_config_from_yaml_and_run_config_read_old_keys(tmp_path, capsys):
     assert load_run_config(LMRecipeConfig, path) == cfg
     assert f"model.mixer is deprecated; use model.sequence_layer (config: {path})" in capsys.readouterr().err
     # the shipped ACL run as written before eval.fewshot_episodes was renamed
-    shipped = (Path(__file__).resolve().parents[1] / "pretrained/acl-standard/config.yaml").read_text()
+    from fastweights.recipes.run import load_run
+
+    shipped = config_to_yaml(
+        load_run(Path(__file__).resolve().parents[1] / "pretrained/acl-standard", ACLConfig)[0]
+    )
+    assert "  episodes: 1000" in shipped
     path.write_text(shipped.replace("  episodes: 1000", "  fewshot_episodes: 1000"))
     assert load_run_config(ACLConfig, path).eval.episodes == 1000
 

@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     from fastweights.recipes.contract import RECIPES
 
     p = argparse.ArgumentParser(prog="fastweights", description="Learned learning algorithms: recipes.")
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="read checkpoints of earlier versions that hold pickled Python objects (their loading can run "
+        "code: only for files you wrote yourself); may come anywhere on the line",
+    )
     recipes = p.add_subparsers(dest="recipe", required=True)
     verbs = {}
     for name in RECIPES:
@@ -426,7 +432,9 @@ def process_defaults() -> None:
 def main(argv: list[str] | None = None) -> int:
     process_defaults()
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    trust = [a for a in argv if a == "--trust-pickle"]  # a global option wherever it is written
+    args, extra = parser.parse_known_args(trust[:1] + [a for a in argv if a != "--trust-pickle"])
     if hasattr(args, "overrides"):  # key=value items may also follow options such as --out
         bad = [a for a in extra if "=" not in a or a.startswith("-")]
         if bad:
@@ -435,7 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return _guarded(lambda: _run_cl_baselines(args) if args.recipe == "cl-baselines" else _run_recipe(args))
+    from fastweights.train.safe_state import trusting_pickles
+
+    with trusting_pickles(args.trust_pickle):
+        return _guarded(
+            lambda: _run_cl_baselines(args) if args.recipe == "cl-baselines" else _run_recipe(args)
+        )
 
 
 def _out_of_memory(err: BaseException) -> bool:

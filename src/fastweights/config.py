@@ -25,6 +25,7 @@ __all__ = [
     "apply_overrides",
     "config_to_yaml",
     "config_from_yaml",
+    "config_from_mapping",
     "load_run_config",
     "deprecated_keys",
     "rename_deprecated",
@@ -388,14 +389,25 @@ def config_from_yaml(cls: type[T], text: str) -> T:
         ValueError: one line, for YAML errors, unknown keys, wrong types, values the config refuses, or
             a deprecated key given with its new spelling.
     """
+    return config_from_mapping(cls, text)
+
+
+def config_from_mapping(cls: type[T], data: Any, where: str = "config") -> T:
+    """A config of ``cls`` from a mapping (e.g. an export's ``config.json`` ``"config"``) or YAML text,
+    validated like a preset (deprecated keys renamed, with a warning on stderr).
+
+    Raises:
+        ValueError: one line starting with ``where``, for YAML errors, unknown keys, wrong types, values
+            the config refuses, or a deprecated key given with its new spelling.
+    """
     try:
-        loaded = OmegaConf.create(text)
+        loaded = OmegaConf.create(data)
         if isinstance(loaded, DictConfig):
-            rename_deprecated(loaded, deprecated_keys(cls), "config")
-        merged = _merge(OmegaConf.structured(cls), loaded, "config")
+            rename_deprecated(loaded, deprecated_keys(cls), where)
+        merged = _merge(OmegaConf.structured(cls), loaded, where)
     except (OmegaConfBaseException, yaml.YAMLError) as err:
-        raise _config_error(err) from err
-    return _to_object(merged)  # type: ignore[no-any-return]
+        raise _config_error(err, where) from err
+    return _to_object(merged, "" if where == "config" else f"{where}: ")  # type: ignore[no-any-return]
 
 
 def load_run_config(cls: type[T], path: Path) -> T:

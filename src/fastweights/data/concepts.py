@@ -71,6 +71,7 @@ __all__ = [
     "emoji_exclusion",
     "glyph_exclusion",
     "exclude_benchmark_concepts",
+    "EXCLUSION_RULES",
     "EXCLUDED_SPLITS",
     "CONCEPT_RES",
     "CONCEPT_NCC",
@@ -441,6 +442,17 @@ _RULES: dict[str, Callable[[ClassPool], list[str | None]]] = {
     "emoji": _by_name(lambda name, codepoint, alphabet: emoji_exclusion(name, alphabet)),
     "fontglyphs": _by_name(lambda name, codepoint, alphabet: glyph_exclusion(codepoint)),
     "handwriting": lambda pool: handwriting_exclusion(pool),
+}
+
+
+#: source -> the rule :func:`exclude_benchmark_concepts` applies to its meta-training / -validation pools
+EXCLUSION_RULES: dict[str, str] = {
+    "emoji": "the subgroups keycap, alphanum and clothing, and the named classes that draw digits, letters "
+    "or wearables (EMOJI_CLASSES)",
+    "fontglyphs": "every code point with a numeric value or a DIGIT / NUMBER / NUMERAL name, and the Latin "
+    "letters whose base letter is A-J",
+    "handwriting": "classes whose clean render or half of whose writers correlate >= 0.6 (8 x 8 ink) with a "
+    "digit 0-9 or capital A-J template",
 }
 
 

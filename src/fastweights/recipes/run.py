@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -21,18 +22,28 @@ import torch
 
 from fastweights.config import (
     apply_overrides,
+    config_from_mapping,
     config_to_yaml,
     deprecated_keys,
     load_run_config,
     rename_deprecated,
 )
-from fastweights.io import atomic_write_bytes, atomic_write_text, read_jsonl
+from fastweights.io import atomic_write_bytes, atomic_write_text, read_json, read_jsonl
 from fastweights.recipes.contract import Selection
 from fastweights.recipes.reporting import save_evaluation
 from fastweights.resources import check_fits, model_memory
 from fastweights.train import distributed
 from fastweights.train.checkpoint import CheckpointManager
 from fastweights.train.loop import StateAccessors, fit, resume_fallback_hint
+from fastweights.train.model_files import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    CardSections,
+    is_export,
+    model_card,
+    read_export,
+    write_export,
+)
 from fastweights.train.run_folder import (
     LOCK_NAME,
     RunFolderError,
@@ -49,6 +60,7 @@ from fastweights.train.run_folder import (
 __all__ = [
     "command_line",
     "export",
+    "export_verb",
     "fit_run",
     "load_run",
     "run_summary",
@@ -324,15 +336,31 @@ def command_line() -> str:
 def load_run(
     run_dir: Path, config_cls: type, which: str = "best", overrides: list[str] | None = None
 ) -> tuple[Any, dict[str, Any]]:
-    """``(config, checkpoint)`` of a run folder written by a recipe's ``train``.
+    """``(config, checkpoint)`` of a run folder written by a recipe's ``train`` (``config.yaml`` +
+    ``checkpoints/``) or of an export folder (``config.json`` + ``model.safetensors``,
+    :mod:`fastweights.train.model_files`: ``which`` must be ``"best"``, the one model it holds).
+    Nothing read runs code.
 
     Raises:
-        FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        FileNotFoundError: if ``run_dir`` has neither layout or no such checkpoint.
         RunFolderError: if the checkpoint is damaged (saying whether the other one can be used).
+        UnsafeFileError: if the checkpoint holds pickled objects that could run code (not read).
+        ValueError: for a damaged export or a config the recipe refuses.
     """
     run_dir = Path(run_dir)
+    if is_export(run_dir):
+        info, state = read_export(run_dir)
+        if which != "best":
+            raise ValueError(
+                f"--checkpoint {which}: {run_dir} is an export, which holds one model (pass best)"
+            )
+        cfg = config_from_mapping(config_cls, info.get("config"), f"config: {run_dir / CONFIG_FILE}")
+        return (apply_overrides(cfg, overrides) if overrides else cfg), state
     if not (run_dir / "config.yaml").exists():
-        raise FileNotFoundError(f"run_dir: expected {run_dir}/config.yaml (a folder written by `train`)")
+        raise FileNotFoundError(
+            f"run_dir: expected {run_dir}/config.yaml (a folder written by `train`) or "
+            f"{run_dir}/{CONFIG_FILE} + {WEIGHTS_FILE} (an export)"
+        )
     cfg = _run_config(run_dir / "config.yaml", config_cls)
     if overrides:
         cfg = apply_overrides(cfg, overrides)
@@ -783,32 +811,98 @@ def load_trained(
     return cfg, state, model, device
 
 
-def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
-    """Write a slim, shareable copy of a run: ``config.yaml``, ``command.txt``, ``metrics.jsonl`` and
-    ``checkpoints/best.pt`` holding only the model weights, training step/time and the run's
-    ``records`` (:attr:`RecipeRun.records`, when it has any; no optimiser).
+def export_verb(
+    name: str,
+    *,
+    config_cls: type,
+    selection: Selection,
+    headline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    card_sections: CardSections | None = None,
+) -> Callable[..., Path]:
+    """The ``export`` function of a recipe module: :func:`export` with the recipe's config class,
+    selection, evaluation headline and model-card sections."""
 
-    ``out_dir`` must be new or empty (``force``: overwrite whatever it holds, even ``run_dir`` itself);
-    it is locked while written.
+    def export_run(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
+        return export(
+            run_dir,
+            out_dir,
+            which=which,
+            force=force,
+            recipe=name,
+            config_cls=config_cls,
+            selection=selection,
+            headline=headline,
+            card_sections=card_sections,
+        )
+
+    export_run.__doc__ = export.__doc__
+    return export_run
+
+
+def export(
+    run_dir: Path,
+    out_dir: Path,
+    *,
+    which: str = "best",
+    force: bool = False,
+    recipe: str,
+    config_cls: type,
+    selection: Selection,
+    headline: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    card_sections: CardSections | None = None,
+) -> Path:
+    """Write a shareable copy of a run's ``which`` checkpoint in the field's format
+    (:mod:`fastweights.train.model_files`): ``model.safetensors`` (the weights only, no optimiser),
+    ``config.json`` (the full config, steps, ``records`` such as ``init_steps``, the selection metric
+    and its value), a ``README.md`` model card (with the source run's evaluation table when its
+    ``results.json`` evaluated this checkpoint) and the run's ``metrics.jsonl`` / ``command.txt``.
+    Returns the path of ``model.safetensors``. ``run_dir`` may itself be an export (re-exported as is).
+
+    ``out_dir`` must be new or empty (``force``: overwrite whatever it holds, even ``run_dir`` itself;
+    an earlier export's ``checkpoints/`` there are removed); it is locked while written.
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no such checkpoint.
         RunFolderError: if ``out_dir`` holds a run or other files (without ``force``), another process
             holds it, or the checkpoint is damaged.
+        UnsafeFileError: if the checkpoint holds pickled objects that could run code (not read).
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
-        state = CheckpointManager(run_dir).load(which)  # type: ignore[arg-type]
-        if state is None:
-            raise FileNotFoundError(f"checkpoint: no {which} checkpoint in {run_dir}/checkpoints")
-        names = [n for n in ("config.yaml", "command.txt", "metrics.jsonl") if (run_dir / n).exists()]
-        files = {n: (run_dir / n).read_text() for n in names}
-        slim = {k: state[k] for k in ("model", "step", "elapsed_seconds", "best")}
-        if state.get("records"):
-            slim["records"] = state["records"]
-        for name, text in files.items():
-            atomic_write_text(out_dir / name, text)
-        out = CheckpointManager(out_dir)
-        path = out.write("best", slim)
-        out.path("latest").unlink(missing_ok=True)  # only with force: a latest.pt of what was there
+        cfg, state = load_run(run_dir, config_cls, which)
+        results_path = run_dir / "results.json"
+        results = read_json(results_path, "results.json") if results_path.is_file() else None
+        selected_on = selection.record(state, state.get("exported_from", which))
+        records = dict(state.get("records") or {})
+        if "init_steps" not in records and getattr(cfg.train, "init_from", None) == "":
+            records["init_steps"] = 0  # a run from scratch (copies of older versions did not record it)
+        state = {**state, "records": records}
+        card = model_card(
+            recipe=recipe,
+            cfg=cfg,
+            state=state,
+            which=which,
+            selected_on=selected_on,
+            source_dir=run_dir,
+            results=results,
+            headline=headline,
+            sections=card_sections(cfg, results) if card_sections is not None else [],
+        )
+        path = write_export(
+            out_dir,
+            recipe=recipe,
+            config=json.loads(json.dumps(asdict(cfg))),
+            state=state,
+            which=state.get("exported_from", which),
+            selected_on=selected_on,
+            source_dir=run_dir,
+            card=card,
+        )
+        if force and not _same_folder(out_dir, run_dir):  # what an earlier export of the old format left
+            for old in ("best.pt", "latest.pt"):
+                (out_dir / "checkpoints" / old).unlink(missing_ok=True)
     return path
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()

@@ -12,7 +12,6 @@ agent, as in the SRWM paper's multi-task ProcGen setting, §4.3). Every episode 
 
 from __future__ import annotations
 
-import pickle
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+
+from fastweights.train.run_folder import RunFolderError
 
 __all__ = [
     "LevelSet",
@@ -205,6 +206,10 @@ class MiniGridVecEnv(VecEnv):
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self._obs = np.zeros((num_envs, *self.obs_shape), dtype=np.uint8)
+        # what the environments' states follow from (state_dict): each one's current level (its reset
+        # seed, -1 before the first reset) and the actions taken since
+        self._levels = np.full(num_envs, -1, dtype=np.int64)
+        self._moves: list[list[int]] = [[] for _ in range(num_envs)]
 
     def _reset_env(self, i: int) -> None:
         if self.draw == "cycle":  # the k-th of a game's n_g envs: levels k, k + n_g, k + 2 n_g, ...
@@ -214,7 +219,8 @@ class MiniGridVecEnv(VecEnv):
         else:
             offset = int(self._rng.integers(self.levels.count))
         self._episodes[i] += 1
-        obs, _ = self._envs[i].reset(seed=self.levels.start + offset)
+        self._levels[i], self._moves[i] = self.levels.start + offset, []
+        obs, _ = self._envs[i].reset(seed=int(self._levels[i]))
         self._obs[i] = obs["image"].transpose(2, 0, 1)
         self._returns[i], self._lengths[i] = 0.0, 0
 
@@ -231,6 +237,7 @@ class MiniGridVecEnv(VecEnv):
         ep_length = np.zeros(self.num_envs, dtype=np.int64)
         for i, env in enumerate(self._envs):
             obs, r, terminated, truncated, _ = env.step(int(acts[i]))
+            self._moves[i].append(int(acts[i]))
             reward[i] = r
             self._returns[i] += r
             self._lengths[i] += 1
@@ -243,8 +250,11 @@ class MiniGridVecEnv(VecEnv):
         return StepResult.from_numpy(self._obs, reward, done, ep_return, ep_length)
 
     def state_dict(self) -> dict[str, Any]:
+        """The environments as their levels and the actions taken since each was reset (MiniGrid's
+        dynamics are deterministic given the reset seed): plain numbers, no pickled objects."""
         return {
-            "envs": pickle.dumps(self._envs),
+            "levels": self._levels.copy(),
+            "moves": [list(m) for m in self._moves],
             "rng": self._rng.bit_generator.state,
             "returns": self._returns.copy(),
             "lengths": self._lengths.copy(),
@@ -253,11 +263,38 @@ class MiniGridVecEnv(VecEnv):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._envs = pickle.loads(state["envs"])
+        """Restore :meth:`state_dict` by resetting every environment to its level and replaying its
+        actions.
+
+        Raises:
+            RunFolderError: for a state of an earlier version (pickled environments), which cannot be
+                continued.
+            RuntimeError: if a replayed environment's observation differs from the stored one.
+        """
+        if "envs" in state:  # earlier versions pickled the environment objects themselves
+            raise RunFolderError(
+                "checkpoint: its MiniGrid environments are pickled Python objects (an earlier version's "
+                "format, which cannot continue in this one); train into a new folder (`rl eval` of the "
+                "run still works, with --trust-pickle if you wrote it yourself)"
+            )
+        self._replay(np.asarray(state["levels"]), [list(m) for m in state["moves"]], state["obs"])
         self._rng.bit_generator.state = state["rng"]
         self._returns, self._lengths = state["returns"].copy(), state["lengths"].copy()
         self._episodes = state["episodes"].copy()
         self._obs = state["obs"].copy()
+
+    def _replay(self, levels: np.ndarray, moves: list[list[int]], obs: np.ndarray) -> None:
+        for i, env in enumerate(self._envs):
+            if levels[i] < 0:
+                continue
+            seen, _ = env.reset(seed=int(levels[i]))
+            for action in moves[i]:
+                seen, *_ = env.step(action)
+            if not np.array_equal(seen["image"].transpose(2, 0, 1), obs[i]):
+                raise RuntimeError(
+                    f"MiniGridVecEnv: environment {i} ({self.games[i]}) did not replay exactly"
+                )
+        self._levels, self._moves = levels.astype(np.int64), moves
 
     def close(self) -> None:
         for env in self._envs:

@@ -157,7 +157,7 @@ class Actor:
             "obs": self.obs.clone(),
             "prev_reward": self.prev_reward.clone(),
             "done": self.done.clone(),
-            "core": detach_state(self.state),
+            "core": {"shifts": detach_state(self.state).shifts, "steps": self.state.steps.clone()},
             "generator": self.generator.get_state(),
             "episodes": list(self.episodes),
         }
@@ -165,7 +165,8 @@ class Actor:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.env.load_state_dict(state["env"])
         self.obs, self.prev_reward, self.done = state["obs"], state["prev_reward"], state["done"]
-        self.state = state["core"]
+        core = state["core"]
+        self.state = core if isinstance(core, CoreState) else CoreState(tuple(core["shifts"]), core["steps"])
         self.generator.set_state(state["generator"])
         self.episodes = list(state["episodes"])
 

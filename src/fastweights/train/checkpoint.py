@@ -9,6 +9,12 @@ Unreadable files and failed writes (full disk, read-only folder) raise
 :class:`~fastweights.train.run_folder.RunFolderError` naming the file and, for a damaged one,
 whether the other checkpoint is usable.
 
+Checkpoints never need code to load: they are written through :func:`~fastweights.train.safe_state.to_safe`
+(numpy RNG states as tensors) and read with ``torch.load(weights_only=True)``
+(:func:`~fastweights.train.safe_state.load_safe`); a file holding other pickled objects is refused
+with :class:`~fastweights.train.safe_state.UnsafeFileError` naming it, unless pickles are trusted
+(``--trust-pickle``).
+
 A checkpoint ``state`` is a plain dict chosen by the training loop, typically::
 
     {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
@@ -30,6 +36,7 @@ import torch
 
 from fastweights.io import atomic_torch_save
 from fastweights.train.run_folder import RunFolderError
+from fastweights.train.safe_state import UnsafeFileError, check_safe, load_safe, to_safe
 
 __all__ = ["CheckpointManager", "capture_rng_state", "read_checkpoint", "restore_rng_state"]
 
@@ -45,7 +52,9 @@ class _Damaged(Exception):
 
 def _read(path: Path, map_location: Any) -> dict[str, Any]:
     try:
-        state = torch.load(path, map_location=map_location, weights_only=False)
+        state = load_safe(path, map_location=map_location)
+    except UnsafeFileError:
+        raise
     except PermissionError as err:
         raise RunFolderError(f"checkpoint: cannot read {path} ({err.strerror or err})") from None
     except Exception as err:  # noqa: BLE001 - any other failure (EOF, bad zip, EINVAL …) means damage
@@ -77,6 +86,7 @@ def read_checkpoint(path: str | os.PathLike[str], *, key: str, map_location: Any
     Raises:
         FileNotFoundError: naming ``key`` and the path when it does not exist.
         RunFolderError: naming ``key`` and the path when it is damaged or not a checkpoint dict.
+        UnsafeFileError: naming the path when it holds pickled objects that could run code (not read).
     """
     p = Path(path)
     if not p.is_file():
@@ -118,7 +128,8 @@ class CheckpointManager:
         """Write ``state`` to ``best.pt`` when ``is_best``, then to ``latest.pt``, each atomically.
 
         Args:
-            state: picklable dict (state_dicts, step, RNG states, metrics, …).
+            state: dict of tensors, numbers, strings, numpy arrays and containers of them
+                (state_dicts, step, RNG states, metrics, …; :func:`~fastweights.train.safe_state.to_safe`).
             is_best: also overwrite ``best.pt`` with the same state (written first, see the module
                 docstring).
 
@@ -126,7 +137,7 @@ class CheckpointManager:
             The path of ``latest.pt``.
 
         Raises:
-            TypeError: if ``state`` is not a dict.
+            TypeError: if ``state`` is not a dict or holds a value that would need code to load.
             RunFolderError: if a file cannot be written (the previous one stays intact).
         """
         if not isinstance(state, dict):
@@ -144,7 +155,7 @@ class CheckpointManager:
         """
         path = self.path(which)
         try:
-            atomic_torch_save(state, path)
+            atomic_torch_save(to_safe(state), path)
         except OSError as err:
             reason = err.strerror or str(err)
         except RuntimeError as err:
@@ -166,9 +177,8 @@ class CheckpointManager:
     ) -> dict[str, Any] | None:
         """Load the ``"latest"`` or ``"best"`` checkpoint, or return ``None`` when it does not exist.
 
-        Uses ``torch.load(..., weights_only=False)`` because checkpoints hold RNG states (Python tuples,
-        numpy arrays) besides tensors. Unpickling can execute code: only load checkpoints this library
-        wrote itself (your own run folders), never files from untrusted sources.
+        Reads with ``torch.load(..., weights_only=True)`` (:func:`~fastweights.train.safe_state.load_safe`):
+        nothing in the file runs.
 
         Args:
             which: ``"latest"`` or ``"best"``.
@@ -180,6 +190,7 @@ class CheckpointManager:
             ValueError: if ``which`` is invalid.
             RunFolderError: if the file is damaged (empty, truncated, zero-filled, not a checkpoint
                 dict; the message says whether the other checkpoint exists and reads) or unreadable.
+            UnsafeFileError: if it holds pickled objects that could run code (not read).
         """
         p = self.path(which)
         if not p.is_file():
@@ -193,11 +204,13 @@ class CheckpointManager:
     def verify(
         self, which: Which = "latest", *, fallback_hint: Callable[[str, Path], str] | None = None
     ) -> None:
-        """Check that the ``which`` checkpoint is an intact archive without loading it (a resume checks
-        ``latest.pt`` this way before it writes anything into the run folder).
+        """Check that the ``which`` checkpoint is an intact archive that loads without running code,
+        without loading it (a resume checks ``latest.pt`` this way before it writes anything into the
+        run folder).
 
         Raises:
             RunFolderError: as :meth:`load` for a damaged or unreadable file (a missing file is fine).
+            UnsafeFileError: if it holds pickled objects that could run code.
         """
         p = self.path(which)
         if not p.is_file():
@@ -206,6 +219,7 @@ class CheckpointManager:
             _check_archive(p)
         except _Damaged as err:
             self._raise_damaged(which, str(err), fallback_hint)
+        check_safe(p)
 
     def _raise_damaged(
         self, which: Which, damage: str, fallback_hint: Callable[[str, Path], str] | None
@@ -221,6 +235,8 @@ class CheckpointManager:
                 _read(op, "cpu")
             except (_Damaged, RunFolderError):
                 alt = f"{op} is damaged too"
+            except UnsafeFileError:
+                alt = f"{op} is refused too (it holds pickled objects that could run code)"
             else:
                 hint = fallback_hint or (lambda o, _: f"use it with --checkpoint {o}")
                 alt = f"{op} exists and reads fine: {hint(other, op)}"

@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 LOCK_NAME = ".lock"
-RUN_MARKERS = ("config.yaml", "checkpoints", "metrics.jsonl", "results.json")
+RUN_MARKERS = ("config.yaml", "checkpoints", "metrics.jsonl", "results.json", "model.safetensors")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -163,19 +163,59 @@ def test_n_way_larger_than_model_outputs_is_rejected(tmp_path, data_cache):
 
 
 def test_export_then_eval_into_another_folder(tmp_path, data_cache):
+    from safetensors.torch import load_file
+
     run = tmp_path / "run"
     acl.train(_cfg(data_cache, "train.max_steps=2"), run)
     assert main(["acl", "export", str(run), str(tmp_path / "shipped")]) == 0
-    slim = torch.load(tmp_path / "shipped" / "checkpoints" / "best.pt", weights_only=False)
-    assert set(slim) == {"model", "step", "elapsed_seconds", "best", "records"}
-    assert slim["records"] == {"init_steps": 0}  # no train.init_from: nothing behind its start
-    assert not (tmp_path / "shipped" / "checkpoints" / "latest.pt").exists()
+    shipped = tmp_path / "shipped"
+    assert sorted(p.name for p in shipped.iterdir()) == [  # acl.train(...) records no command.txt
+        "README.md",
+        "config.json",
+        "metrics.jsonl",
+        "model.safetensors",
+    ]
+    weights = load_file(shipped / "model.safetensors")
+    best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
+    assert weights.keys() == best["model"].keys()
+    assert all(torch.equal(weights[k], best["model"][k]) for k in weights)
+    info = json.loads((shipped / "config.json").read_text())
+    assert info["format"] == "fastweights-export" and info["recipe"] == "acl"
+    assert info["records"] == {"init_steps": 0}  # no train.init_from: nothing behind its start
+    assert info["checkpoint"]["step"] == best["step"] and info["config"]["name"] == "smoke"
+    assert info["selected_on"]["metric"] == "val_objective"
+    card = (shipped / "README.md").read_text()
+    for fact in ("preset | `smoke`", "training seed", "val_objective", "Meta-training data", "Intended use"):
+        assert fact in card, fact
+    assert "Not evaluated at export time" in card  # the run had no results.json
     out = tmp_path / "out"
-    args = ["acl", "eval", str(tmp_path / "shipped"), "--out", str(out), "eval.split_benchmarks=[digits]"]
+    args = ["acl", "eval", str(shipped), "--out", str(out), "eval.split_benchmarks=[digits]"]
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
     assert list(results["split"]) == ["Split-Digits/domain"] and (out / "report.md").exists()
-    assert not (tmp_path / "shipped" / "results.json").exists()
+    assert results["run"]["selected_on"]["value"] == info["selected_on"]["value"]
+    assert results["run"]["init_steps"] == 0
+    assert not (shipped / "results.json").exists()
+    # the export evaluates as the run it came from (same weights, same seeded draws)
+    assert (
+        main(["acl", "eval", str(run), "--out", str(tmp_path / "direct"), "eval.split_benchmarks=[digits]"])
+        == 0
+    )
+    direct = json.loads((tmp_path / "direct" / "results.json").read_text())
+    assert direct["split"] == results["split"] and direct["fewshot"] == results["fewshot"]
+    # an export holds one model: --checkpoint latest is a one-line error
+    assert main(["acl", "eval", str(shipped), "--checkpoint", "latest", "--out", str(tmp_path / "l")]) == 2
+
+
+def test_an_evaluated_run_exports_its_evaluation_into_the_card(tmp_path, data_cache):
+    run = tmp_path / "run"
+    acl.train(_cfg(data_cache, "train.max_steps=2"), run)
+    acl.evaluate(run, overrides=["eval.split_benchmarks=[digits]"])
+    acl.export(run, tmp_path / "shipped")
+    card = (tmp_path / "shipped" / "README.md").read_text()
+    results = json.loads((run / "results.json").read_text())
+    acc = 100 * results["split"]["Split-Digits/domain"]["ACC"]["mean"]
+    assert f"| Split-Digits/domain ACC (%) | {acc:.2f}" in card and results["run"]["eval_command"] in card
 
 
 def test_curves_plot_several_runs(tmp_path, data_cache):
@@ -203,7 +243,7 @@ SMALL_DATA = [
 
 def _shipped(name: str) -> Path:
     folder = SHIPPED / name
-    if not (folder / "checkpoints" / "best.pt").exists():
+    if not (folder / "model.safetensors").exists():
         pytest.skip(f"no shipped checkpoint {name} in this checkout")
     return folder
 

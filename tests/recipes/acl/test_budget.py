@@ -300,3 +300,33 @@ def test_cli_writes_the_report_and_says_where(tmp_path: Path, capsys: pytest.Cap
     a = _run(tmp_path, "a", sources=TWO, steps=3000, seed=0, acc=0.7)
     assert main(["acl", "budget", str(a), "--out", str(tmp_path / "out")]) == 0
     assert f"budget curves of 1 runs: {tmp_path / 'out' / 'budget.md'}" in capsys.readouterr().out
+
+
+def _as_export(run: Path, *, init_steps: int | None) -> Path:
+    """``run`` turned into an export folder: config.json (its train section and records) beside its
+    metrics.jsonl, no config.yaml (the weights file only has to exist for the layout)."""
+    train = {"seed": 0, "init_from": "runs/upstream/checkpoints/best.pt"}
+    records = {} if init_steps is None else {"init_steps": init_steps}
+    info = {
+        "format": "fastweights-export",
+        "format_version": 1,
+        "config": {"train": train},
+        "records": records,
+    }
+    (run / "config.json").write_text(json.dumps(info))
+    (run / "model.safetensors").write_bytes(b"")
+    (run / "config.yaml").unlink()
+    (run / "results.json").unlink()
+    return run
+
+
+def test_a_run_started_from_an_export_folder_counts_its_recorded_steps(tmp_path: Path) -> None:
+    shipped = _as_export(
+        _run(tmp_path / "pretrained", "acl-cross", sources=TWO, steps=2300, seed=0, acc=0.7), init_steps=30000
+    )
+    five = _run(tmp_path, "five", sources=TWO, steps=1500, seed=0, acc=0.8, init_from=str(shipped))
+    assert read_budget_run(five)["steps"] == 1500 + 2300 + 30000
+    old_path = _run(
+        tmp_path, "old", sources=TWO, steps=1500, seed=0, acc=0.8, init_from=f"{shipped}/checkpoints/best.pt"
+    )
+    assert read_budget_run(old_path)["steps"] == 1500 + 2300 + 30000  # the path before it was exported

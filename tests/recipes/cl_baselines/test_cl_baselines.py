@@ -287,8 +287,8 @@ def test_compare_puts_acl_and_baselines_in_one_table(finished, tmp_path):
 def test_compare_evaluates_an_acl_checkpoint_on_the_same_streams(finished, tmp_path):
     run_dir, _ = finished
     acl = Path(__file__).resolve().parents[3] / "pretrained" / "acl-5task-domain"
-    if not (acl / "checkpoints" / "best.pt").is_file():
-        pytest.skip("shipped checkpoint not present")
+    if not (acl / "model.safetensors").is_file():
+        pytest.skip("shipped model not present")
     got = compare(run_dir, [acl], tmp_path / "cmp")
     split = json.loads((tmp_path / "cmp" / "acl" / "acl-5task-domain.json").read_text())["split"]
     assert split["Split-Digits/domain"]["runs"] == 2 and split["Split-Digits/domain"]["k_shot"] == 5

@@ -60,10 +60,12 @@ from fastweights.recipes.reporting import pm
 from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
-    export,  # noqa: F401 (the contract's slim run copy, shared by every recipe)
+    export_verb,
+    load_run,
     train_verb,
 )
 from fastweights.train.checkpoint import read_checkpoint
+from fastweights.train.model_files import CONFIG_FILE, WEIGHTS_FILE, is_export
 
 __all__ = [*RECIPE_MEMBERS, "compare_curves"]  # the recipe contract + extras
 
@@ -159,25 +161,61 @@ SOURCE_ROOT = Path(__file__).resolve().parents[4]
 
 
 def init_checkpoint_path(init_from: str) -> Path:
-    """The checkpoint file named by ``train.init_from``: the path as given (relative paths from the
-    working directory), else — for a relative path such as the presets' ``pretrained/acl-cross/…`` — the
-    same path in the source checkout, so the 5-task presets find the shipped model from any folder.
+    """The checkpoint named by ``train.init_from`` — a checkpoint file, a run folder (its
+    ``checkpoints/best.pt``) or an export folder (``model.safetensors`` + ``config.json``): the path as
+    given (relative paths from the working directory), else — for a relative path such as the presets'
+    ``pretrained/acl-cross`` — the same path in the source checkout, so the 5-task presets find the
+    shipped model from any folder.
 
     Raises:
         FileNotFoundError: naming ``train.init_from``, the path and both places looked in.
     """
     given = Path(init_from)
-    if given.is_file() or given.is_absolute():
-        return given
-    shipped = SOURCE_ROOT / given
-    if shipped.is_file():
-        log.info("train.init_from: %s not in %s; using %s", init_from, Path.cwd(), shipped)
-        return shipped
+    for place in [given] if given.is_absolute() else [given, SOURCE_ROOT / given]:
+        if place.exists():
+            if place is not given:
+                log.info("train.init_from: %s not in %s; using %s", init_from, Path.cwd(), place)
+            return place
+        if _exported(place):  # RUN/checkpoints/best.pt of a folder exported since (e.g. the shipped ones)
+            log.info("train.init_from: %s is now the export folder %s; using it", init_from, place.parents[1])
+            return place.parents[1]
+    if given.is_absolute():
+        return given  # the reader names the missing file
     raise FileNotFoundError(
-        f"train.init_from: expected a checkpoint file (e.g. RUN/checkpoints/best.pt), got {init_from!r}: "
-        f"not in the working directory {Path.cwd()} nor in the source checkout {SOURCE_ROOT}; pass "
-        "train.init_from=PATH to the 2-task model to start from"
+        f"train.init_from: expected a checkpoint file, run folder or export folder (e.g. "
+        f"pretrained/acl-cross), got {init_from!r}: not in the working directory {Path.cwd()} nor in the "
+        f"source checkout {SOURCE_ROOT}; pass train.init_from=PATH to the 2-task model to start from"
     )
+
+
+def _exported(path: Path) -> bool:
+    """Whether ``path`` is a missing ``FOLDER/checkpoints/best.pt`` whose ``FOLDER`` is an export."""
+    return (
+        path.name == "best.pt"
+        and path.parent.name == "checkpoints"
+        and not path.exists()
+        and (is_export(path.parents[1]))
+    )
+
+
+def read_init(path: Path) -> dict[str, Any]:
+    """The checkpoint (``model``, ``step``, ``records``, …) of ``train.init_from`` = ``path`` (as
+    :func:`init_checkpoint_path` found it); nothing read runs code.
+
+    Raises:
+        FileNotFoundError, RunFolderError, UnsafeFileError, ValueError: naming ``train.init_from``.
+    """
+    if path.is_dir():
+        if not (path / "checkpoints" / "best.pt").is_file() and not is_export(path):
+            raise FileNotFoundError(
+                f"train.init_from: {path} is a folder without checkpoints/best.pt or {WEIGHTS_FILE} + "
+                f"{CONFIG_FILE}; expected a run or export folder"
+            )
+        try:
+            return load_run(path, ACLConfig)[1]
+        except ValueError as err:
+            raise ValueError(f"train.init_from: {err}") from None
+    return read_checkpoint(path, key="train.init_from")
 
 
 def _train_data(
@@ -189,7 +227,7 @@ def _train_data(
     init, init_path = None, None
     if cfg.train.init_from and not continuing:
         init_path = init_checkpoint_path(cfg.train.init_from)
-        init = read_checkpoint(init_path, key="train.init_from")
+        init = read_init(init_path)
         if not isinstance(init.get("model"), dict):
             raise ValueError(
                 f"train.init_from: expected a checkpoint with model weights, got {cfg.train.init_from}"
@@ -477,4 +515,51 @@ evaluate = evaluate_verb(
     selection=SELECTION,
     doc="""Evaluate the ``which`` checkpoint of ``run_dir``: few-shot accuracy and the in-context
     forgetting table on the held-out classes, and the 5-task split benchmarks.""",
+)
+
+
+def card_sections(cfg: ACLConfig, results: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The ACL parts of an export's model card: the meta-training data with its concept exclusions,
+    and the intended use and limits (scenario, label space, task shape, input)."""
+    from fastweights.data.concepts import EXCLUSION_RULES
+
+    d, t, m = cfg.data, cfg.train, cfg.model
+    domains = []
+    for source in d.domains:
+        rule = EXCLUSION_RULES.get(source)
+        left_out = (
+            f"left out of its meta-training and meta-validation classes: {rule}"
+            if rule
+            else (
+                "no concept exclusion applies (a user folder or a split data set: check its classes yourself)"
+            )
+        )
+        domains.append(f"- `{source}`: meta-training classes of its `train` pool; {left_out}.")
+    incremental = (
+        f"class-incremental: task `t`'s labels are shifted by {t.n_way}·t, so the model learns up to "
+        f"{m.num_classes} classes in all (labels 0..{m.num_classes - 1})"
+        if t.scenario == "class"
+        else f"domain-incremental: every task uses the labels 0..{t.n_way - 1} again (its own classes)"
+    )
+    use = (
+        f"An in-context continual learner (ACL paper, Irie, Csordás & Schmidhuber, TMLR 2025): it learns "
+        f"{t.n_way}-way tasks from {t.k_shot} labelled demonstrations per class, fed as a sequence, task "
+        f"after task, with no gradient step (its fast weights change, its slow weights never); "
+        f"meta-trained on {t.num_tasks}-task sequences, {incremental}. Input: {d.channels}-channel images "
+        f"resized to {d.image_size} x {d.image_size}.\n\n"
+        "Limits: measured only on the benchmarks of the evaluation table (small grayscale / emoji images, "
+        "5-way tasks); outside that setting (other image kinds, more classes than its outputs, longer task "
+        "sequences than meta-training) nothing is claimed. Its accuracy falls as tasks accumulate, "
+        "most in the class-incremental setting."
+    )
+    data = (
+        "\n".join(domains)
+        + "\n\nMeta-validation (checkpoint choice): the meta-validation classes of the same domains, "
+        "disjoint from every test benchmark's classes and concepts (fastweights.data.concepts)."
+    )
+    return [("Meta-training data", data), ("Intended use and limits", use)]
+
+
+export = export_verb(
+    NAME, config_cls=ACLConfig, selection=SELECTION, headline=headline, card_sections=card_sections
 )

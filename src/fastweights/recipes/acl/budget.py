@@ -28,6 +28,7 @@ from typing import Any
 from fastweights.cl.metrics import t_ci95
 from fastweights.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from fastweights.recipes.reporting import md_table
+from fastweights.train.model_files import CONFIG_FILE, is_export, read_export_info
 from fastweights.train.run_folder import OutputClaims, run_lock
 
 __all__ = ["budget_report", "read_budget_run", "upstream_steps"]
@@ -131,6 +132,11 @@ def _train_config(run_dir: Path) -> dict[str, Any]:
     import yaml
 
     path = run_dir / "config.yaml"
+    if not path.is_file() and is_export(run_dir):  # an export folder: its config.json holds the config
+        train = read_export_info(run_dir)["config"].get("train")
+        if not isinstance(train, dict):
+            raise ValueError(f"{run_dir / CONFIG_FILE}: config.train: expected a mapping")
+        return train
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: not found; expected the run's config.yaml (its train.seed and train.init_from)"
@@ -146,13 +152,16 @@ def _train_config(run_dir: Path) -> dict[str, Any]:
 
 
 def _init_run_folder(where: str, init_from: str) -> Path:
-    """The run folder of the checkpoint ``init_from`` names (``RUN/checkpoints/best.pt`` → ``RUN``), as
-    training finds it: relative to the working directory, else in the source checkout (the presets'
-    ``pretrained/acl-cross/…``); ``where`` names the setting in the error."""
+    """The run folder of the checkpoint ``init_from`` names (``RUN/checkpoints/best.pt`` → ``RUN``; a run
+    or export folder itself), as training finds it: relative to the working directory, else in the
+    source checkout (the presets' ``pretrained/acl-cross``); ``where`` names the setting in the error."""
     from fastweights.recipes.acl import SOURCE_ROOT
 
     ckpt = Path(init_from)
-    source = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    if ckpt.suffix != ".pt" and (ckpt.is_dir() or (SOURCE_ROOT / ckpt).is_dir()):
+        source = ckpt
+    else:
+        source = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
     for folder in (source, SOURCE_ROOT / source):
         if (folder / "metrics.jsonl").is_file():
             return folder
@@ -212,8 +221,13 @@ def upstream_steps(
 
 
 def _recorded_init_steps(run_dir: Path) -> Any:
-    """``run.init_steps`` of ``run_dir/results.json`` (None when absent or unreadable: then the steps are
-    counted from the logs)."""
+    """``records.init_steps`` of an export's ``config.json``, else ``run.init_steps`` of
+    ``run_dir/results.json`` (None when absent or unreadable: then the steps are counted from the logs)."""
+    if is_export(run_dir):
+        try:
+            return read_export_info(run_dir)["records"]["init_steps"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     try:
         return read_json(run_dir / "results.json", "an evaluated run's results")["run"]["init_steps"]
     except (OSError, ValueError, KeyError, TypeError):

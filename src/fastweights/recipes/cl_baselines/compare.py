@@ -29,6 +29,7 @@ from fastweights.recipes.cl_baselines.report import (
 )
 from fastweights.recipes.plots import plot_bars
 from fastweights.recipes.reporting import md_table, pm
+from fastweights.train.model_files import is_export
 from fastweights.train.run_folder import (
     CLAIMS_NAME,
     STAGING_PREFIX,
@@ -37,6 +38,7 @@ from fastweights.train.run_folder import (
     folder_contents,
     run_lock,
 )
+from fastweights.train.safe_state import check_safe
 
 __all__ = [
     "compare",
@@ -107,11 +109,21 @@ def _recorded_split(path: Path, wanted: dict[str, Any]) -> dict[str, Any] | None
 
 
 def _check_acl_dir(acl_dir: Path) -> None:
-    """``acl_dir`` holds results or a run's config, else a one-line ``FileNotFoundError``."""
-    if not (acl_dir / "results.json").is_file() and not (acl_dir / "config.yaml").is_file():
+    """``acl_dir`` holds results, a run's config or an export, else a one-line ``FileNotFoundError``; a
+    run's best checkpoint that would need code to load is refused here, before anything is written
+    (:class:`~fastweights.train.safe_state.UnsafeFileError`)."""
+    if not (acl_dir / "results.json").is_file() and not _evaluable(acl_dir):
         raise FileNotFoundError(
             f"--acl: {acl_dir} has no config.yaml; expected an ACL run or `fastweights acl export` folder"
         )
+    best = acl_dir / "checkpoints" / "best.pt"
+    if (acl_dir / "config.yaml").is_file() and best.is_file():
+        check_safe(best, what="--acl")
+
+
+def _evaluable(acl_dir: Path) -> bool:
+    """Whether ``acl_dir`` holds a model to evaluate: a run's ``config.yaml`` or an export."""
+    return (acl_dir / "config.yaml").is_file() or is_export(acl_dir)
 
 
 def acl_split_results(acl_dir: Path, cfg: dict[str, Any], cache: Path) -> dict[str, Any]:
@@ -131,7 +143,7 @@ def acl_split_results(acl_dir: Path, cfg: dict[str, Any], cache: Path) -> dict[s
         split = _recorded_split(path, wanted)
         if split is not None:
             return split
-    if not (acl_dir / "config.yaml").is_file():
+    if not _evaluable(acl_dir):
         raise FileNotFoundError(
             f"--acl: {acl_dir} has no config.yaml to evaluate, and its results.json was not measured on "
             f"these streams ({wanted})"

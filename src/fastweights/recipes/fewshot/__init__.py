@@ -31,7 +31,7 @@ from fastweights.recipes.reporting import run_header, write_report_files
 from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
-    export,  # noqa: F401 (the contract's slim run copy, shared by every recipe)
+    export_verb,
     train_verb,
 )
 
@@ -215,3 +215,5 @@ evaluate = evaluate_verb(
     doc="""Evaluate the ``which`` checkpoint of ``run_dir`` on ``eval.runs`` × ``eval.episodes`` meta-test
     episodes with one query each (mean ± 95% CI); the report has the learning curve.""",
 )
+
+export = export_verb(NAME, config_cls=CONFIG, selection=SELECTION, headline=headline)

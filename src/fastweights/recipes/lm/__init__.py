@@ -26,7 +26,7 @@ from fastweights.data.sources.text import (
     sample_windows,
     split_corpus,
 )
-from fastweights.io import atomic_save_figure
+from fastweights.io import atomic_save_figure, atomic_write_text, read_json
 from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
@@ -34,6 +34,7 @@ from fastweights.recipes.lm.config import LMRecipeConfig
 from fastweights.recipes.plots import learning_curve_section
 from fastweights.recipes.reporting import md_table, run_header, write_report_files
 from fastweights.recipes.run import RecipeRun, evaluate_verb, fit_run, load_trained, train_verb
+from fastweights.train.model_files import CARD_FILE, model_card
 from fastweights.train.run_folder import output_folder
 from fastweights.train.schedules import warmup_cosine
 
@@ -382,7 +383,8 @@ def generate_text(
 
 def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
     """Write the ``which`` checkpoint's model as ``config.json`` + ``model.safetensors`` in ``out_dir``
-    (loadable with :meth:`CausalLM.from_pretrained`). ``out_dir`` must be new or empty (``force``:
+    (loadable with :meth:`CausalLM.from_pretrained`) and a ``README.md`` model card
+    (:func:`~fastweights.train.model_files.model_card`). ``out_dir`` must be new or empty (``force``:
     write into it anyway); it is locked while written.
 
     Raises:
@@ -390,10 +392,27 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = F
         RunFolderError: if ``out_dir`` holds a run or other files (without ``force``), another process
             holds it, or the checkpoint is damaged.
     """
-    with output_folder(Path(out_dir), source=Path(run_dir), force=force, purpose="export"):
-        _, _, model, _ = load_trained(Path(run_dir), LMRecipeConfig, build_model, which)
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
+        cfg, state, model, _ = load_trained(run_dir, LMRecipeConfig, build_model, which)
         model.cpu().save_pretrained(out_dir)
-    return Path(out_dir)
+        results_path = run_dir / "results.json"
+        card = model_card(
+            recipe=NAME,
+            cfg=cfg,
+            state=state,
+            which=which,
+            selected_on=SELECTION.record(state, which),
+            source_dir=run_dir,
+            results=read_json(results_path, "results.json") if results_path.is_file() else None,
+            headline=headline,
+            sections=[],
+            files="`model.safetensors` (weights), `config.json` (the model config: "
+            "`CausalLM.from_pretrained(FOLDER)`)",
+            own=False,
+        )
+        atomic_write_text(out_dir / CARD_FILE, card)
+    return out_dir
 
 
 def summary(results: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from fastweights.recipes.rl.config import RLConfig, RLLevelsConfig
 from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
-    export,  # noqa: F401 (the contract's slim run copy, shared by every recipe)
+    export_verb,
     fit_run,
     train_verb,
 )
@@ -409,3 +409,5 @@ evaluate = evaluate_verb(
     doc="""Evaluate the ``which`` checkpoint of ``run_dir`` with greedy actions on every ``eval.splits``
     level range (unseen in training) and on the training levels: per-game returns and normalised scores.""",
 )
+
+export = export_verb(NAME, config_cls=CONFIG, selection=SELECTION, headline=headline)

@@ -35,7 +35,7 @@ from fastweights.recipes.reporting import run_header, write_report_files
 from fastweights.recipes.run import (
     RecipeRun,
     evaluate_verb,
-    export,  # noqa: F401 (the contract's slim run copy, shared by every recipe)
+    export_verb,
     train_verb,
 )
 from fastweights.recipes.sequential.config import SequentialConfig
@@ -278,3 +278,5 @@ evaluate = evaluate_verb(
     doc="""Evaluate the ``which`` checkpoint of ``run_dir`` on both stream orders of the meta-test pools:
     overall / per-task accuracy, by occurrence and by position.""",
 )
+
+export = export_verb(NAME, config_cls=CONFIG, selection=SELECTION, headline=headline)
