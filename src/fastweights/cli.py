@@ -92,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     bu.add_argument("run_dirs", type=Path, nargs="+", help="evaluated ACL run folders (with results.json)")
     bu.add_argument("--out", type=Path, required=True, help="output folder (budget.md, budget.json, plots/)")
     _add_force(bu, "replace output files in --out that `acl budget` did not write")
+    _add_acl_stream(verbs["acl"])
     ge = verbs["lm"].add_parser(
         "generate", help="continue a prompt with a trained model (prefill + cached decode)"
     )
@@ -103,6 +104,95 @@ def _parser() -> argparse.ArgumentParser:
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     return p
+
+
+def _add_acl_stream(verbs: argparse._SubParsersAction) -> None:
+    """``acl stream``: a model learns a folder of your own images, task after task."""
+    st = verbs.add_parser(
+        "stream",
+        help="learn your own images task by task (FOLDER/<task>/<class>/*.png|jpg|jpeg): accuracy matrix, "
+        "ACC/BWT/forgetting, report",
+    )
+    st.add_argument(
+        "--model", type=Path, required=True, help="a run or export folder, e.g. pretrained/acl-5task-class"
+    )
+    st.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="FOLDER/<task>/<class>/*.png|jpg|jpeg; tasks learned in name order, classes in name order",
+    )
+    st.add_argument(
+        "--shots",
+        type=int,
+        default=None,
+        help="demonstrations per class; the other images are tested (default: the model's eval.split_k_shot)",
+    )
+    st.add_argument(
+        "--out", type=Path, default=None, help="output folder (default runs/acl-stream-<FOLDER name>)"
+    )
+    st.add_argument("--seed", type=int, default=0, help="seed of the demonstration draw (default 0)")
+    st.add_argument(
+        "--draw",
+        choices=["random", "first"],
+        default="random",
+        help="demonstrations: drawn at random with --seed, or the first --shots files by name "
+        "(default: random)",
+    )
+    st.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    st.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    st.add_argument(
+        "--mean",
+        default=None,
+        help="pixel mean of images / 255: one number, or R,G,B (default: that of the demonstrations drawn)",
+    )
+    st.add_argument("--std", default=None, help="pixel standard deviation of images / 255, as --mean")
+    _add_force(st, "write into an --out folder that holds other files (never done without it)")
+
+
+def _numbers(flag: str, text: str | None) -> float | tuple[float, ...] | None:
+    """``--mean 0.5`` → 0.5, ``--mean 0.4,0.5,0.6`` → a tuple; None stays None.
+
+    Raises:
+        ValueError: naming ``flag`` for anything else.
+    """
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"{flag}: expected a number or comma-separated numbers (R,G,B), given {text!r}"
+        ) from None
+    return values[0] if len(values) == 1 else values
+
+
+def _run_acl_stream(args: argparse.Namespace) -> None:
+    from fastweights.recipes.acl.stream import run_stream
+    from fastweights.recipes.run import command_line
+
+    out = args.out or Path("runs") / f"acl-stream-{args.data.resolve().name}"
+    res = run_stream(
+        args.model,
+        args.data,
+        shots=args.shots,
+        out=out,
+        seed=args.seed,
+        draw=args.draw,
+        force=args.force,
+        checkpoint=args.checkpoint,
+        device=args.device,
+        mean=_numbers("--mean", args.mean),
+        std=_numbers("--std", args.std),
+        command=command_line(),
+    )
+    acc = res["accuracy"]
+    metrics = ", ".join(
+        f"{name} {100 * acc[key]['mean']:.2f} %"
+        for key, name in (("ACC", "ACC"), ("BWT", "BWT"), ("forgetting", "forgetting"))
+    )
+    print(f"{len(acc['task_names'])} tasks learned ({res['stream']['scenario']}-incremental): {metrics}")
+    print(f"report: {out / 'report.md'}")
 
 
 def _add_cl_baselines(recipes: argparse._SubParsersAction) -> None:
@@ -293,6 +383,8 @@ def _run_recipe(args: argparse.Namespace) -> None:
     elif args.verb == "curves":
         labels = args.labels.split(",") if args.labels else None
         print(module.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))  # type: ignore[attr-defined]
+    elif args.verb == "stream":
+        _run_acl_stream(args)
     elif args.verb == "budget":
         from fastweights.recipes.acl.budget import budget_report
 

@@ -34,13 +34,34 @@ from fastweights.data.streams import SCENARIOS, Task, pool_split_tasks, split_be
 from fastweights.models.in_context import InContextClassifier
 from fastweights.train.modes import eval_mode
 
-__all__ = ["evaluate_split_tasks", "evaluate_split_benchmark", "evaluate_pool_split", "evaluate_tasks_alone"]
+__all__ = [
+    "evaluate_split_tasks",
+    "evaluate_split_benchmark",
+    "evaluate_pool_split",
+    "evaluate_tasks_alone",
+    "ImageEmbedder",
+    "read_queries",
+    "EMBED_BATCH",
+    "QUERY_BATCH",
+]
+
+#: images per backbone call of :class:`ImageEmbedder`
+EMBED_BATCH = 1000
+#: queries per ``query_features`` call of :func:`read_queries`
+QUERY_BATCH = 2048
 
 
-class _Embedder:
-    """Backbone features of uint8 images, normalised with the data's statistics; grayscale images fed
-    to a 3-channel backbone are repeated to 3 channels (automated-cl's Split-MNIST
-    transform). ``channels=0``: the examples already are features (a frozen encoder's), passed through."""
+class ImageEmbedder:
+    """Backbone features ``[N, F]`` of uint8 images in the data sets' layout (grayscale ``[N, S, S]``, RGB
+    ``[N, 3, S, S]``), normalised with the data's statistics (:func:`~fastweights.cl.tasks.to_model_images`);
+    grayscale images fed to a 3-channel backbone are repeated to 3 channels after normalisation
+    (automated-cl's Split-MNIST transform). ``channels=0``: the examples already are features (a frozen
+    encoder's), passed through. The one image transform of the split benchmarks' evaluation and of
+    :class:`fastweights.recipes.acl.ContinualLearner`.
+
+    Raises:
+        ValueError: for ``channels`` other than 0, 1 or 3, or RGB images for a 1-channel backbone.
+    """
 
     def __init__(self, model: InContextClassifier, mean: Stat, std: Stat, channels: int, device: Any):
         if channels not in (0, 1, 3):
@@ -56,7 +77,7 @@ class _Embedder:
             mean=mean, std=std, device=device, dtype=next(model.parameters()).dtype, channels=channels
         )
 
-    def __call__(self, images: np.ndarray, batch: int = 1000) -> torch.Tensor:
+    def __call__(self, images: np.ndarray, batch: int = EMBED_BATCH) -> torch.Tensor:
         chunks = []
         for i in range(0, len(images), batch):
             x = to_model_images(images[i : i + batch], **self.norm)
@@ -64,6 +85,21 @@ class _Embedder:
                 x = x.expand(*x.shape[:-3], 3, *x.shape[-2:])
             chunks.append(self.model.embed(x))
         return torch.cat(chunks, dim=0)
+
+
+def read_queries(
+    model: InContextClassifier, features: torch.Tensor, state: Any, query_batch: int = QUERY_BATCH
+) -> torch.Tensor:
+    """Logits ``[Q, N]`` of the queries ``features [Q, F]``, each an independent read from ``state``
+    (``query_features``, ``query_batch`` queries per call): how the split benchmarks read a task's queries.
+    """
+    chunks = [
+        model.query_features(features[s : s + query_batch].unsqueeze(0), state)[0]
+        for s in range(0, len(features), query_batch)
+    ]
+    if not chunks:
+        return features.new_zeros((0, model.num_classes))
+    return torch.cat(chunks, dim=0)
 
 
 def _check_tasks(tasks: object, r: int, n_out: int, num_tasks: int | None) -> list[Task]:
@@ -137,7 +173,7 @@ def evaluate_split_tasks(
     if n_out > model.num_classes:
         raise ValueError(f"n_out: expected <= the model's {model.num_classes} outputs, got {n_out}")
     check_int("query_batch", query_batch)
-    embed = _Embedder(model, mean, std, channels, device)
+    embed = ImageEmbedder(model, mean, std, channels, device)
     with eval_mode(model):
         matrices: list[np.ndarray] = []
         names: list[str] = []
@@ -159,12 +195,8 @@ def evaluate_split_tasks(
                 _, state = model.forward_features(support[i].unsqueeze(0), labels.unsqueeze(0), state)
                 for j, t in enumerate(tasks):
                     target = torch.from_numpy(t.query_labels).to(device)
-                    correct = 0
-                    for s in range(0, len(target), query_batch):
-                        feats = query_feats[j][s : s + query_batch].unsqueeze(0)
-                        logits = model.query_features(feats, state)[0]
-                        correct += (logits[:, :n_out].argmax(-1) == target[s : s + query_batch]).sum().item()
-                    R[i, j] = correct / len(target)
+                    logits = read_queries(model, query_feats[j], state, query_batch)
+                    R[i, j] = (logits[:, :n_out].argmax(-1) == target).sum().item() / len(target)
             matrices.append(R)
     summary = summarize_runs(matrices)
     summary.update(task_names=names, n_out=n_out, chance=1.0 / n_out)
@@ -334,7 +366,7 @@ def evaluate_tasks_alone(
             from the model.
     """
     check_int("runs", runs)
-    embed = _Embedder(model, mean, std, channels, device)
+    embed = ImageEmbedder(model, mean, std, channels, device)
     accs: dict[str, list[float]] = {}
     with eval_mode(model):
         for r in range(runs):

@@ -115,25 +115,32 @@ def _listing(names: list[str], limit: int = 5) -> str:
     return shown + (f", … ({len(names)} entries)" if len(names) > limit else "")
 
 
-def _is_eval_output_of(folder: Path, source: Path) -> bool:
+def _is_eval_output_of(folder: Path, source: Path, purpose: str = "eval") -> bool:
     """Whether ``folder`` holds only an earlier ``eval --out`` of ``source`` (its ``results.json``
-    names ``source`` and it has no config or checkpoints), which a new evaluation may replace."""
+    names ``source`` as ``run.run_dir`` and it has no config or checkpoints), which a new evaluation may
+    replace; ``purpose="stream"``: an earlier ``acl stream --out`` of the model ``source`` (its
+    ``results.json`` names it as ``stream.model``)."""
     markers, _ = folder_contents(folder)
     if "config.yaml" in markers or "checkpoints" in markers or "results.json" not in markers:
         return False
     try:
-        recorded = json.loads((folder / "results.json").read_text())["run"]["run_dir"]
+        results = json.loads((folder / "results.json").read_text())
+        recorded = results["stream"]["model"] if purpose == "stream" else results["run"]["run_dir"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
     return isinstance(recorded, str) and _same(Path(recorded), source)
 
 
-def check_output_dir(out_dir: Path, *, source: Path, force: bool, purpose: Literal["eval", "export"]) -> None:
-    """Refuse to write ``eval --out`` / ``export`` results into ``out_dir`` unless it is new or empty.
+def check_output_dir(
+    out_dir: Path, *, source: Path, force: bool, purpose: Literal["eval", "export", "stream"]
+) -> None:
+    """Refuse to write ``eval --out`` / ``export`` / ``acl stream --out`` results into ``out_dir`` unless
+    it is new or empty.
 
     Allowed without ``force``: a missing or empty folder; for ``purpose="eval"`` also ``source``
     itself (results belong in the run folder) and an earlier evaluation of ``source`` written with
-    ``--out`` (so ``make demo`` can be rerun).
+    ``--out`` (so ``make demo`` can be rerun); for ``purpose="stream"`` (``source``: the model folder) an
+    earlier ``acl stream`` output of the same model, never the model folder itself.
 
     Raises:
         RunFolderError: naming ``out_dir`` and what it holds (the source run itself, another run's
@@ -145,14 +152,17 @@ def check_output_dir(out_dir: Path, *, source: Path, force: bool, purpose: Liter
     if _same(out_dir, source):
         if purpose == "eval":
             return
+        if purpose == "export":
+            what, doing = "source run folder", "exporting into it would replace its checkpoints"
+        else:
+            what, doing = "model folder", "`acl stream` would put its results.json and report among its files"
         raise RunFolderError(
-            f"out_dir: {out_dir} is the source run folder itself; exporting into it would replace its "
-            "checkpoints; choose another folder (or pass --force)"
+            f"out_dir: {out_dir} is the {what} itself; {doing}; choose another folder (or pass --force)"
         )
     markers, others = folder_contents(out_dir)
     if not markers and not others:
         return
-    if purpose == "eval" and _is_eval_output_of(out_dir, source):
+    if purpose in ("eval", "stream") and _is_eval_output_of(out_dir, source, purpose):
         return
     if markers:
         raise RunFolderError(
@@ -264,7 +274,7 @@ def run_lock(folder: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def output_folder(
-    out_dir: Path, *, source: Path, force: bool, purpose: Literal["eval", "export"]
+    out_dir: Path, *, source: Path, force: bool, purpose: Literal["eval", "export", "stream"]
 ) -> Iterator[Path]:
     """:func:`run_lock` of ``out_dir``, then :func:`check_output_dir` under the lock.
 

@@ -9,18 +9,24 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-__all__ = ["read_image", "load_pickle"]
+__all__ = ["read_image", "load_pickle", "GRAY_MODES"]
+
+#: PIL modes of grayscale images (``read_image(path, rgb=None)`` keeps them grayscale)
+GRAY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
 
 
-def read_image(path: Path, *, rgb: bool) -> np.ndarray:
+def read_image(path: Path, *, rgb: bool | None) -> np.ndarray:
     """Decode an image file to uint8 ``[H, W]`` (``rgb=False``, PIL mode ``"L"``) or channels-last
-    ``[H, W, 3]`` (``rgb=True``, mode ``"RGB"``).
+    ``[H, W, 3]`` (``rgb=True``, mode ``"RGB"``); ``rgb=None``: grayscale files (:data:`GRAY_MODES`) as
+    ``[H, W]``, every other file as ``[H, W, 3]`` (an alpha channel dropped).
 
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the file when Pillow
     cannot decode it.
     """
     try:
         with Image.open(path) as img:
+            if rgb is None:
+                rgb = img.mode not in GRAY_MODES
             return np.asarray(img.convert("RGB" if rgb else "L"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: expected an image file, found none") from None

@@ -50,6 +50,7 @@ from fastweights.recipes.acl.frozen import (
     load_mini_benchmarks,
     mini_results,
 )
+from fastweights.recipes.acl.learner import ContinualLearner
 from fastweights.recipes.acl.paper_tables import forgetting_rows
 from fastweights.recipes.acl.report import write_report
 from fastweights.recipes.classifier import fit_classifier, sampling_streams, validation_sampling
@@ -67,7 +68,7 @@ from fastweights.recipes.run import (
 from fastweights.train.checkpoint import read_checkpoint
 from fastweights.train.model_files import CONFIG_FILE, WEIGHTS_FILE, is_export
 
-__all__ = [*RECIPE_MEMBERS, "compare_curves"]  # the recipe contract + extras
+__all__ = [*RECIPE_MEMBERS, "compare_curves", "ContinualLearner"]  # the recipe contract + extras
 
 NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = ACLConfig
