@@ -28,7 +28,7 @@ from fastweights.config import (
     load_run_config,
     rename_deprecated,
 )
-from fastweights.io import atomic_write_bytes, atomic_write_text, read_json, read_jsonl
+from fastweights.io import atomic_write_bytes, atomic_write_text, read_jsonl
 from fastweights.recipes.contract import Selection
 from fastweights.recipes.reporting import save_evaluation
 from fastweights.resources import check_fits, model_memory
@@ -870,8 +870,6 @@ def export(
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
         cfg, state = load_run(run_dir, config_cls, which)
-        results_path = run_dir / "results.json"
-        results = read_json(results_path, "results.json") if results_path.is_file() else None
         selected_on = selection.record(state, state.get("exported_from", which))
         records = dict(state.get("records") or {})
         if "init_steps" not in records and getattr(cfg.train, "init_from", None) == "":
@@ -884,9 +882,8 @@ def export(
             which=which,
             selected_on=selected_on,
             source_dir=run_dir,
-            results=results,
             headline=headline,
-            sections=card_sections(cfg, results) if card_sections is not None else [],
+            sections=card_sections(cfg) if card_sections is not None else [],
         )
         path = write_export(
             out_dir,

@@ -43,8 +43,8 @@ FORMAT, FORMAT_VERSION = "fastweights-export", 1
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "config.json", "model.safetensors", "README.md"
 COPIED = ("metrics.jsonl", "command.txt")  # the run's own files an export keeps
 
-#: a recipe's part of the model card: ``(cfg, results or None) -> [(section title, Markdown), ...]``
-CardSections = Callable[[Any, dict[str, Any] | None], list[tuple[str, str]]]
+#: a recipe's part of the model card: ``cfg -> [(section title, Markdown), ...]``
+CardSections = Callable[[Any], list[tuple[str, str]]]
 
 
 def is_export(folder: Path) -> bool:
@@ -183,7 +183,6 @@ def model_card(
     which: str,
     selected_on: dict[str, Any],
     source_dir: Path,
-    results: dict[str, Any] | None,
     headline: Callable[[dict[str, Any]], dict[str, Any]] | None,
     sections: list[tuple[str, str]],
     files: str = f"`{WEIGHTS_FILE}` (weights), `{CONFIG_FILE}` (the full config and this card's facts)",
@@ -192,8 +191,14 @@ def model_card(
     """The ``README.md`` of an export: source run, recipe and preset, steps (with the steps behind
     ``train.init_from``), seed, the selection metric and its value (``own``: the folder is of this
     module's format; the LM's export keeps its own ``config.json``), the recipe's ``sections`` (training
-    data, intended use and limits), the evaluation table of ``results`` (the source run's
-    ``results.json`` when it evaluated this checkpoint) and how to use the folder."""
+    data, intended use and limits), the evaluation table of the source run's ``results.json`` (when it
+    evaluated this checkpoint) and how to use the folder.
+
+    Raises:
+        ValueError: naming ``source_dir/results.json`` when it is damaged.
+    """
+    results_path = Path(source_dir) / "results.json"
+    results = read_json(results_path, "results.json") if results_path.is_file() else None
     t = cfg.train
     records = state.get("records") or {}
     init_steps = records.get("init_steps")

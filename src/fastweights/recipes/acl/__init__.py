@@ -519,7 +519,7 @@ evaluate = evaluate_verb(
 )
 
 
-def card_sections(cfg: ACLConfig, results: dict[str, Any] | None) -> list[tuple[str, str]]:
+def card_sections(cfg: ACLConfig) -> list[tuple[str, str]]:
     """The ACL parts of an export's model card: the meta-training data with its concept exclusions,
     and the intended use and limits (scenario, label space, task shape, input)."""
     from fastweights.data.concepts import EXCLUSION_RULES

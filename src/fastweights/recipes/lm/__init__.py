@@ -26,7 +26,7 @@ from fastweights.data.sources.text import (
     sample_windows,
     split_corpus,
 )
-from fastweights.io import atomic_save_figure, atomic_write_text, read_json
+from fastweights.io import atomic_save_figure, atomic_write_text
 from fastweights.models.lm import CausalLM, generate
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
@@ -396,7 +396,6 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = F
     with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
         cfg, state, model, _ = load_trained(run_dir, LMRecipeConfig, build_model, which)
         model.cpu().save_pretrained(out_dir)
-        results_path = run_dir / "results.json"
         card = model_card(
             recipe=NAME,
             cfg=cfg,
@@ -404,7 +403,6 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = F
             which=which,
             selected_on=SELECTION.record(state, which),
             source_dir=run_dir,
-            results=read_json(results_path, "results.json") if results_path.is_file() else None,
             headline=headline,
             sections=[],
             files="`model.safetensors` (weights), `config.json` (the model config: "
