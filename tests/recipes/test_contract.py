@@ -34,8 +34,9 @@ def test_every_registered_recipe_satisfies_the_contract(name):
         assert keywords <= set(params), fn.__qualname__
     assert callable(module.build_model) and callable(module.write_report)
     # the selection rule: the best checkpoint is chosen on validation data disjoint from the test data
-    assert "disjoint" in module.SELECTION.data
-    assert module.SELECTION.record({"best": 1.0}, "best")["data"] == module.SELECTION.data
+    data = module.SELECTION.data_for(cfg)
+    assert "disjoint" in data
+    assert module.SELECTION.record({"best": 1.0}, "best", cfg)["data"] == data
 
 
 def test_unknown_recipe_is_named():

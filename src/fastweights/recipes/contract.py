@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -63,21 +64,28 @@ class Selection:
 
     metric: str
     minimize: bool = False
-    data: str = ""
+    #: the validation data in words, or a function of the run's config giving them (when they depend on it)
+    data: str | Callable[[Any], str] = ""
 
-    def record(self, checkpoint: dict[str, Any], which: str) -> dict[str, Any]:
+    def data_for(self, cfg: Any) -> str:
+        """:attr:`data` in words for the run configured by ``cfg``."""
+        return self.data(cfg) if callable(self.data) else self.data
+
+    def record(self, checkpoint: dict[str, Any], which: str, cfg: Any = None) -> dict[str, Any]:
         """``{"metric", "mode", "value", "data"}`` for the ``best`` checkpoint (``value`` = the metric at the
         selected step, from the checkpoint's ``best``; ``None`` if it has none); for ``latest`` (not
-        selected) ``value`` is ``None`` and ``mode`` is ``"latest"``."""
+        selected) ``value`` is ``None`` and ``mode`` is ``"latest"``. ``data`` describes the validation
+        data of the run configured by ``cfg`` (:meth:`data_for`)."""
+        data = self.data_for(cfg)
         if which != "best":
-            return {"metric": self.metric, "mode": "latest", "value": None, "data": self.data}
+            return {"metric": self.metric, "mode": "latest", "value": None, "data": data}
         sign = -1.0 if self.minimize else 1.0  # the loop stores sign * metric (higher is better)
         best = checkpoint.get("best")
         return {
             "metric": self.metric,
             "mode": "min" if self.minimize else "max",
             "value": None if best is None else sign * float(best),
-            "data": self.data,
+            "data": data,
         }
 
 

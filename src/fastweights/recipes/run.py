@@ -780,7 +780,7 @@ def evaluate_verb(
         sections = measure(cfg, state, model, device)
         run = {
             **run_summary(cfg, run_dir, state, which, command, model_name=model_name and model_name(cfg)),
-            "selected_on": selection.record(state, which),
+            "selected_on": selection.record(state, which, cfg),
             **sections.pop("run", {}),
             "eval_minutes": (time.monotonic() - t0) / 60,
         }
@@ -870,7 +870,7 @@ def export(
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
         cfg, state = load_run(run_dir, config_cls, which)
-        selected_on = selection.record(state, state.get("exported_from", which))
+        selected_on = selection.record(state, state.get("exported_from", which), cfg)
         records = dict(state.get("records") or {})
         if "init_steps" not in records and getattr(cfg.train, "init_from", None) == "":
             records["init_steps"] = 0  # a run from scratch (copies of older versions did not record it)

@@ -72,13 +72,40 @@ __all__ = [*RECIPE_MEMBERS, "compare_curves", "ContinualLearner"]  # the recipe 
 
 NAME = "acl"  # the registry / CLI name (recipes.contract.RECIPES)
 CONFIG = ACLConfig
+
+
 # the best checkpoint: the mean meta-validation accuracy of the in-context terms (``_validate``)
-SELECTION = Selection(
-    "val_objective",
-    data="meta-validation classes of the first two training domains (data.sources[:2]; the one domain of a "
-    "single-domain run), fixed episodes; disjoint from every test benchmark's classes and concepts "
-    "(fastweights.data.concepts)",
-)
+def selection_data(cfg: ACLConfig) -> str:
+    """The meta-validation data behind ``val_objective`` for the run configured by ``cfg``, in words
+    (``results.json``: ``run.selected_on.data``): which domains' meta-validation classes, in which task
+    sequences (:func:`_validate`), how many fixed episodes."""
+    t, sources = cfg.train, cfg.data.domains
+    n = len(sources)
+    if t.num_tasks == 2 and t.scenario == "domain":
+        what = (
+            f"task pairs {sources[0]} -> {sources[1]} and {sources[1]} -> {sources[0]}"
+            if n > 1
+            else f"task pairs A -> B of {sources[0]}"
+        )
+    elif t.sequence_domains == "single" or n == 1:
+        what = f"{t.num_tasks}-task {t.scenario}-incremental sequences within one domain: " + " and ".join(
+            sources[: min(n, 2)]
+        )
+    else:
+        what = (
+            f"{t.num_tasks}-task {t.scenario}-incremental sequences alternating over "
+            + ", ".join(sources)
+            + f", starting from {' and '.join(sources[: min(n, 2)])}"
+        )
+    if not t.acl_loss:
+        what += " (the score leaves out the backward-transfer terms: train.acl_loss false)"
+    return (
+        f"meta-validation classes, {what} ({t.n_way}-way {t.k_shot}-shot; {t.val_episodes} fixed episodes); "
+        "disjoint from every test benchmark's classes and concepts (fastweights.data.concepts)"
+    )
+
+
+SELECTION = Selection("val_objective", data=selection_data)
 MODEL_KEY = "model.sequence_layer"  # what `compare --models` varies
 
 log = logging.getLogger(__name__)

@@ -401,7 +401,7 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = F
             cfg=cfg,
             state=state,
             which=which,
-            selected_on=SELECTION.record(state, which),
+            selected_on=SELECTION.record(state, which, cfg),
             source_dir=run_dir,
             headline=headline,
             sections=[],
