@@ -171,22 +171,47 @@ def test_crossed_t_ci95_matches_a_two_by_three_layout_computed_by_hand():
     from fastweights.cl.metrics import crossed_t_ci95
 
     # grand mean 3.5; row means 2, 5 -> MS_a = 3 * (1.5² + 1.5²) / 1 = 13.5; column means 2, 3, 5.5 ->
-    # MS_b = 2 * (1.5² + 0.5² + 2²) / 2 = 6.5; residuals ±0.5, ±0.5, ∓1 -> MS_e = 3 / 2 = 1.5
+    # MS_b = 2 * (1.5² + 0.5² + 2²) / 2 = 6.5; residuals ±0.5, ±0.5, ∓1 -> MS_e = 3 / 2 = 1.5.
+    # V = (13.5 + 6.5 - 1.5) / 6 = 18.5 / 6; Satterthwaite: 18.5² / (13.5²/1 + 6.5²/2 + 1.5²/(1·2))
+    # = 342.25 / (182.25 + 21.125 + 1.125) = 342.25 / 204.5 ≈ 1.6736 df
     mean, ci, df = crossed_t_ci95([[1.0, 2.0, 3.0], [3.0, 4.0, 8.0]])
-    assert mean == pytest.approx(3.5) and df == 1
-    assert ci == pytest.approx(stats.t.ppf(0.975, 1) * math.sqrt((13.5 + 6.5 - 1.5) / 6))
+    assert mean == pytest.approx(3.5) and df == pytest.approx(342.25 / 204.5)
+    assert ci == pytest.approx(stats.t.ppf(0.975, 342.25 / 204.5) * math.sqrt(18.5 / 6))
 
 
-def test_crossed_t_ci95_truncates_negative_variance_components_at_zero():
+def test_crossed_t_ci95_keeps_a_negative_component_estimate_in_the_unbiased_variance():
     from scipy import stats
 
     from fastweights.cl.metrics import crossed_t_ci95
 
-    # row means 1/3, 2/3 -> MS_a = 1/6; equal column means -> MS_b = 0; MS_e = (4/3) / 2 = 2/3: both
-    # components estimate below zero, so V = MS_e / (S R) = 1/9 (the unbiased 1/6 + 0 - 2/3 would be < 0)
+    # grand mean 5.5; row means 1, 10 -> MS_a = 3 * (4.5² + 4.5²) / 1 = 121.5; column means 5.5, 6, 5 ->
+    # MS_b = 2 * (0 + 0.5² + 0.5²) / 2 = 0.5; residuals (0, -1.5, 1.5) and their negatives -> MS_e = 9 / 2
+    # = 4.5 > MS_b. V = (121.5 + 0.5 - 4.5) / 6 = 117.5 / 6, below the truncated (121.5 + 4.5 - 4.5) / 6;
+    # Satterthwaite: 117.5² / (121.5²/1 + 0.5²/2 + 4.5²/2) = 13806.25 / 14772.5 ≈ 0.9346 df (< S - 1 = 1)
+    mean, ci, df = crossed_t_ci95([[1.0, 0.0, 2.0], [10.0, 12.0, 8.0]])
+    assert mean == pytest.approx(5.5) and df == pytest.approx(13806.25 / 14772.5)
+    assert ci == pytest.approx(stats.t.ppf(0.975, 13806.25 / 14772.5) * math.sqrt(117.5 / 6))
+
+
+def test_crossed_t_ci95_falls_back_to_truncated_components_when_the_unbiased_variance_is_not_positive():
+    from scipy import stats
+
+    from fastweights.cl.metrics import crossed_t_ci95
+
+    # row means 1/3, 2/3 -> MS_a = 1/6; equal column means -> MS_b = 0; MS_e = (4/3) / 2 = 2/3: the
+    # unbiased 1/6 + 0 - 2/3 < 0, so both components are truncated at zero: V = MS_e / (S R) = 1/9, with
+    # min(S, R) - 1 = 1 df
     mean, ci, df = crossed_t_ci95([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
     assert mean == pytest.approx(0.5) and df == 1
     assert ci == pytest.approx(stats.t.ppf(0.975, 1) / 3)
+    # exactly zero: row means 1, 3 -> MS_a = 2 * (1 + 1) = 4; column means 2, 2 -> MS_b = 0; residuals ±1
+    # -> MS_e = 4 / 1 = 4; 4 + 0 - 4 = 0 -> V = MS_e / 4 = 1, 1 df
+    mean, ci, df = crossed_t_ci95([[0.0, 2.0], [4.0, 2.0]])
+    assert mean == pytest.approx(2.0) and df == 1
+    assert ci == pytest.approx(stats.t.ppf(0.975, 1))
+    # no spread at all (every mean square 0, Satterthwaite's denominator 0): a zero-width interval
+    mean, ci, df = crossed_t_ci95(np.full((3, 4), 0.25))
+    assert (mean, ci, df) == (pytest.approx(0.25), 0.0, 2)
 
 
 def test_crossed_t_ci95_of_one_row_or_column_is_the_t_interval():

@@ -506,8 +506,9 @@ def test_seed_groups_are_compared_with_the_baselines_over_seeds_and_shared_draws
     acl["single"] = {"Split-Digits/domain": summary(0.65, [0.6, 0.7])}
     header, rows = paired_rows("domain", baselines, acl)
     # seeds x draws, in points: d = [[14, -6], [16, -4], [15, -5]]; mean 5.0; row means 4, 6, 5 -> MS_a = 2;
-    # column means 15, -5 -> MS_b = 600; no residual -> MS_e = 0; V = (2 + 600) / 6; t with min(3, 2) - 1 df
-    crossed = stats.t.ppf(0.975, 1) * (602 / 6) ** 0.5
+    # column means 15, -5 -> MS_b = 600; no residual -> MS_e = 0; V = (2 + 600 - 0) / 6; Satterthwaite:
+    # 602² / (2²/2 + 600²/1 + 0) = 362404 / 360002 df
+    crossed = stats.t.ppf(0.975, 362404 / 360002) * (602 / 6) ** 0.5
     # without per-run values: over the seeds, +4, +6, +5 -> CI t(0.975, 2) * 1.0 / sqrt(3), marked
     seeds = stats.t.ppf(0.975, 2) * 1.0 / 3**0.5
     assert rows[0] == [

@@ -438,7 +438,8 @@ def compare(
                     "ACL − method on the same streams (ACC points, mean ± 95% CI, Student t; the verdict "
                     "is for ACL). Rows 'N seeds': the differences of every seed and run (run r of both "
                     "sides is the same demonstration draw), their mean and the CI of the seeds × runs "
-                    "layout (two-way variance components, t with min(seeds, runs) − 1 df), which holds "
+                    "layout (the unbiased two-way random-effects variance of the mean, Student t with "
+                    "Satterthwaite's df), which holds "
                     "the seed-to-seed and the draw-to-draw spread of the difference; "
                     f"{SEEDS_ONLY}: no per-run values, CI over the seeds only, the method entering as its "
                     "mean. Other rows: over the runs, run by run:",
