@@ -165,6 +165,141 @@ def test_t_ci95_is_the_student_interval_and_undefined_for_one_value():
             t_ci95(bad)
 
 
+def test_crossed_t_ci95_matches_a_two_by_three_layout_computed_by_hand():
+    from scipy import stats
+
+    from fastweights.cl.metrics import crossed_t_ci95
+
+    # grand mean 3.5; row means 2, 5 -> MS_a = 3 * (1.5² + 1.5²) / 1 = 13.5; column means 2, 3, 5.5 ->
+    # MS_b = 2 * (1.5² + 0.5² + 2²) / 2 = 6.5; residuals ±0.5, ±0.5, ∓1 -> MS_e = 3 / 2 = 1.5.
+    # V = (13.5 + 6.5 - 1.5) / 6 = 18.5 / 6; Satterthwaite: 18.5² / (13.5²/1 + 6.5²/2 + 1.5²/(1·2))
+    # = 342.25 / (182.25 + 21.125 + 1.125) = 342.25 / 204.5 ≈ 1.6736 df
+    mean, ci, df = crossed_t_ci95([[1.0, 2.0, 3.0], [3.0, 4.0, 8.0]])
+    assert mean == pytest.approx(3.5) and df == pytest.approx(342.25 / 204.5)
+    assert ci == pytest.approx(stats.t.ppf(0.975, 342.25 / 204.5) * math.sqrt(18.5 / 6))
+
+
+def test_crossed_t_ci95_keeps_a_negative_component_estimate_in_the_unbiased_variance():
+    from scipy import stats
+
+    from fastweights.cl.metrics import crossed_t_ci95
+
+    # grand mean 5.5; row means 1, 10 -> MS_a = 3 * (4.5² + 4.5²) / 1 = 121.5; column means 5.5, 6, 5 ->
+    # MS_b = 2 * (0 + 0.5² + 0.5²) / 2 = 0.5; residuals (0, -1.5, 1.5) and their negatives -> MS_e = 9 / 2
+    # = 4.5 > MS_b. V = (121.5 + 0.5 - 4.5) / 6 = 117.5 / 6, below the truncated (121.5 + 4.5 - 4.5) / 6;
+    # Satterthwaite: 117.5² / (121.5²/1 + 0.5²/2 + 4.5²/2) = 13806.25 / 14772.5 ≈ 0.9346 df (< S - 1 = 1)
+    mean, ci, df = crossed_t_ci95([[1.0, 0.0, 2.0], [10.0, 12.0, 8.0]])
+    assert mean == pytest.approx(5.5) and df == pytest.approx(13806.25 / 14772.5)
+    assert ci == pytest.approx(stats.t.ppf(0.975, 13806.25 / 14772.5) * math.sqrt(117.5 / 6))
+
+
+def test_crossed_t_ci95_falls_back_to_truncated_components_when_the_unbiased_variance_is_not_positive():
+    from scipy import stats
+
+    from fastweights.cl.metrics import crossed_t_ci95
+
+    # row means 1/3, 2/3 -> MS_a = 1/6; equal column means -> MS_b = 0; MS_e = (4/3) / 2 = 2/3: the
+    # unbiased 1/6 + 0 - 2/3 < 0, so both components are truncated at zero: V = MS_e / (S R) = 1/9, with
+    # min(S, R) - 1 = 1 df
+    mean, ci, df = crossed_t_ci95([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    assert mean == pytest.approx(0.5) and df == 1
+    assert ci == pytest.approx(stats.t.ppf(0.975, 1) / 3)
+    # exactly zero: row means 1, 3 -> MS_a = 2 * (1 + 1) = 4; column means 2, 2 -> MS_b = 0; residuals ±1
+    # -> MS_e = 4 / 1 = 4; 4 + 0 - 4 = 0 -> V = MS_e / 4 = 1, 1 df
+    mean, ci, df = crossed_t_ci95([[0.0, 2.0], [4.0, 2.0]])
+    assert mean == pytest.approx(2.0) and df == 1
+    assert ci == pytest.approx(stats.t.ppf(0.975, 1))
+    # no spread at all (every mean square 0, Satterthwaite's denominator 0): a zero-width interval
+    mean, ci, df = crossed_t_ci95(np.full((3, 4), 0.25))
+    assert (mean, ci, df) == (pytest.approx(0.25), 0.0, 2)
+
+
+def test_crossed_t_ci95_of_one_row_or_column_is_the_t_interval():
+    from fastweights.cl.metrics import crossed_t_ci95, t_ci95
+
+    row = [0.3, 0.1, 0.4, 0.15, 0.9]
+    assert crossed_t_ci95([row]) == pytest.approx((*t_ci95(row), 4))
+    assert crossed_t_ci95(row) == pytest.approx((*t_ci95(row), 4))  # a 1-D sequence is one row
+    assert crossed_t_ci95(np.array(row)[:, None]) == pytest.approx((*t_ci95(row), 4))
+    mean, ci, df = crossed_t_ci95([[4.0]])
+    assert mean == 4.0 and math.isnan(ci) and df == 0
+    for bad in ([], [[]], [[[1.0]]], [[1.0, math.nan]]):
+        with pytest.raises(ValueError, match="values: expected"):
+            crossed_t_ci95(bad)
+
+
+def test_crossed_paired_difference_with_one_seed_is_the_paired_t_interval_over_draws():
+    from fastweights.cl.metrics import crossed_paired_difference, paired_difference
+
+    rng = np.random.default_rng(0)
+    ref, oth = rng.uniform(0.5, 0.9, 10), rng.uniform(0.5, 0.9, 10)
+    got, want = crossed_paired_difference(ref, oth[None, :]), paired_difference(ref, oth)
+    assert got["mean"] == pytest.approx(want["mean"]) and got["ci95"] == pytest.approx(want["ci95"])
+    assert got["verdict"] == want["verdict"] and (got["seeds"], got["draws"], got["df"]) == (1, 10, 9)
+    assert got["differences"][0] == pytest.approx(want["differences"])
+
+
+def test_crossed_paired_difference_without_draw_effects_is_the_interval_over_seed_means():
+    from fastweights.cl.metrics import crossed_paired_difference, paired_difference
+
+    # nothing varies by draw: the difference is each seed's offset, and the seeds' t interval remains
+    seeds = np.array([0.74, 0.76, 0.75])
+    got = crossed_paired_difference(np.full(10, 0.70), np.repeat(seeds[:, None], 10, axis=1))
+    want = paired_difference([0.70] * 3, seeds)
+    assert got["mean"] == pytest.approx(want["mean"]) and got["ci95"] == pytest.approx(want["ci95"])
+    assert got["verdict"] == want["verdict"] == "better" and got["df"] == 2
+
+
+def test_crossed_paired_difference_counts_the_draw_to_draw_spread_of_the_difference():
+    from fastweights.cl.metrics import crossed_paired_difference, paired_difference
+
+    # the same seed means as above, but the baseline swings by ±0.1 from draw to draw and ACL does not:
+    # the method as a constant (its mean) would call ACL better; the crossed interval does not
+    ref = np.array([0.6, 0.8] * 5)
+    oth = np.repeat(np.array([0.74, 0.76, 0.75])[:, None], 10, axis=1)
+    got = crossed_paired_difference(ref, oth)
+    assert got["mean"] == pytest.approx(0.05) and got["verdict"] == "not distinguishable"
+    assert paired_difference([ref.mean()] * 3, oth.mean(axis=1))["verdict"] == "better"
+
+
+def test_crossed_paired_difference_invariances():
+    from fastweights.cl.metrics import crossed_paired_difference
+
+    rng = np.random.default_rng(1)
+    ref, oth = rng.uniform(0.4, 0.9, 7), rng.uniform(0.4, 0.9, (3, 7))
+    base = crossed_paired_difference(ref, oth)
+    # a draw's difficulty shared by both sides cancels: that is the pairing
+    shared = rng.normal(0.0, 0.2, 7)
+    got = crossed_paired_difference(ref + shared, oth + shared)
+    assert (got["mean"], got["ci95"]) == pytest.approx((base["mean"], base["ci95"]))
+    # the order of seeds and of draws (the same order on both sides) does not matter
+    s, r = rng.permutation(3), rng.permutation(7)
+    got = crossed_paired_difference(ref[r], oth[s][:, r])
+    assert (got["mean"], got["ci95"]) == pytest.approx((base["mean"], base["ci95"]))
+    # a constant shifts the mean only; a scale scales mean and interval
+    got = crossed_paired_difference(ref, oth + 0.25)
+    assert (got["mean"], got["ci95"]) == pytest.approx((base["mean"] + 0.25, base["ci95"]))
+    got = crossed_paired_difference(100 * ref, 100 * oth)
+    assert (got["mean"], got["ci95"]) == pytest.approx((100 * base["mean"], 100 * base["ci95"]))
+    # the verdict's direction follows higher_is_better
+    clear = crossed_paired_difference(ref, oth + 1.0)
+    assert clear["verdict"] == "better"
+    assert crossed_paired_difference(ref, oth + 1.0, higher_is_better=False)["verdict"] == "worse"
+
+
+def test_crossed_paired_difference_refuses_mismatched_or_bad_inputs():
+    from fastweights.cl.metrics import crossed_paired_difference
+
+    with pytest.raises(ValueError, match=r"^other: expected shape \[S, 3\]"):
+        crossed_paired_difference([0.1, 0.2, 0.3], [[0.1, 0.2]])
+    with pytest.raises(ValueError, match=r"^other: expected shape \[S, 2\]"):
+        crossed_paired_difference([0.1, 0.2], [0.1, 0.2])  # one seed is a [1, R] array
+    with pytest.raises(ValueError, match="^other: expected finite"):
+        crossed_paired_difference([0.1, 0.2], [[0.1, math.nan]])
+    with pytest.raises(ValueError, match="^reference: expected finite"):
+        crossed_paired_difference([math.inf, 0.2], [[0.1, 0.2]])
+
+
 def test_paired_difference_pairs_by_position_and_refuses_unequal_lengths():
     from fastweights.cl.metrics import paired_difference
 

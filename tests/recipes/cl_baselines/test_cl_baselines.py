@@ -481,28 +481,56 @@ def test_seed_rows_average_each_seeds_acc_with_a_t_interval():
     assert seed_rows("class", baselines, acl) == []
 
 
-def test_seed_groups_are_compared_with_the_baselines_seed_by_seed():
+def test_seed_groups_are_compared_with_the_baselines_over_seeds_and_shared_draws():
     from scipy import stats
 
-    from fastweights.recipes.cl_baselines.compare import comparison_rows, paired_rows
+    from fastweights.recipes.cl_baselines.compare import SEEDS_ONLY, comparison_rows, paired_rows
 
     def summary(mean, per_run=None):
         return {"ACC": {"mean": mean, "std": 0.0, **({"per_run": per_run} if per_run else {})}}
 
     baselines = {
-        "config": {"data": {"benchmarks": ["digits"], "k_shot": 5}, "budgets": ["fewshot"]},
-        "cells": {"Split-Digits/domain/fewshot": {"sgd": {"test": summary(0.70, [0.6, 0.8])}}},
+        "config": {"data": {"benchmarks": ["digits", "fashion_mnist"], "k_shot": 5}, "budgets": ["fewshot"]},
+        "cells": {
+            "Split-Digits/domain/fewshot": {"sgd": {"test": summary(0.70, [0.6, 0.8])}},
+            "Split-FashionMNIST/domain/fewshot": {"sgd": {"test": summary(0.70)}},  # no per-run values
+        },
     }
     acl = {
-        f"g/seed{k}": {"Split-Digits/domain": summary(v, [v, v])} for k, v in enumerate([0.74, 0.76, 0.75])
+        f"g/seed{k}": {
+            "Split-Digits/domain": summary(v, [v, v]),
+            "Split-FashionMNIST/domain": summary(v, [v, v]),
+        }
+        for k, v in enumerate([0.74, 0.76, 0.75])
     }
     acl["single"] = {"Split-Digits/domain": summary(0.65, [0.6, 0.7])}
     header, rows = paired_rows("domain", baselines, acl)
-    # seed level: differences +4, +6, +5 points -> mean 5.0, CI t(0.975, 2) * 1.0 / sqrt(3)
-    ci = stats.t.ppf(0.975, 2) * 1.0 / 3**0.5
-    assert rows[0] == ["g, 3 seeds", "fine-tune (SGD)", "few-shot budget", f"+5.0 ± {ci:.1f} (better)"]
+    # seeds x draws, in points: d = [[14, -6], [16, -4], [15, -5]]; mean 5.0; row means 4, 6, 5 -> MS_a = 2;
+    # column means 15, -5 -> MS_b = 600; no residual -> MS_e = 0; V = (2 + 600 - 0) / 6; Satterthwaite:
+    # 602² / (2²/2 + 600²/1 + 0) = 362404 / 360002 df
+    crossed = stats.t.ppf(0.975, 362404 / 360002) * (602 / 6) ** 0.5
+    # without per-run values: over the seeds, +4, +6, +5 -> CI t(0.975, 2) * 1.0 / sqrt(3), marked
+    seeds = stats.t.ppf(0.975, 2) * 1.0 / 3**0.5
+    assert rows[0] == [
+        "g, 3 seeds",
+        "fine-tune (SGD)",
+        "few-shot budget",
+        f"+5.0 ± {crossed:.1f} (not distinguishable)",
+        f"+5.0 ± {seeds:.1f} (better) {SEEDS_ONLY}",
+    ]
     # run by run: 0.0 and -0.1 -> -5.0 ± t(0.975, 1) * 0.0707 / sqrt(2)
-    assert rows[1] == ["single", "fine-tune (SGD)", "few-shot budget", "-5.0 ± 63.5 (not distinguishable)"]
+    assert rows[1] == [
+        "single",
+        "fine-tune (SGD)",
+        "few-shot budget",
+        "-5.0 ± 63.5 (not distinguishable)",
+        "—",
+    ]
     assert len(rows) == 2  # the group's members have no rows of their own
     names = [r[0] for r in comparison_rows("domain", baselines, acl)[1]]
     assert names == ["ACL: single", "fine-tune (SGD)"]  # the seeds are shown by seed_rows
+    # one seed without per-run values, or another run count, also falls back to the seeds' means
+    acl["g/seed1"]["Split-Digits/domain"] = summary(0.76)
+    assert paired_rows("domain", baselines, acl)[1][0][3] == f"+5.0 ± {seeds:.1f} (better) {SEEDS_ONLY}"
+    acl["g/seed1"]["Split-Digits/domain"] = summary(0.76, [0.76, 0.76, 0.76])
+    assert paired_rows("domain", baselines, acl)[1][0][3].endswith(SEEDS_ONLY)

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fastweights.cl.metrics import paired_difference, t_ci95
+from fastweights.cl.metrics import crossed_paired_difference, paired_difference, t_ci95
 from fastweights.config import load_config
 from fastweights.io import atomic_write_json, atomic_write_text, read_json
 from fastweights.recipes.cl_baselines.data import BENCHMARK_NAMES
@@ -46,6 +46,7 @@ __all__ = [
     "acl_split_results",
     "comparison_rows",
     "paired_rows",
+    "SEEDS_ONLY",
     "seed_groups",
     "seed_rows",
 ]
@@ -208,6 +209,21 @@ def _verdict_cell(d: dict[str, Any]) -> str:
     return f"{100 * d['mean']:+.1f} ± {100 * d['ci95']:.1f} ({d['verdict']})"
 
 
+#: the mark of a seed group's cell without per-run values on either side (:func:`paired_rows`)
+SEEDS_ONLY = "†"
+
+
+def _group_cell(theirs: dict[str, Any], ours: list[dict[str, Any]]) -> str:
+    """A seed group's paired cell: seeds × runs (:func:`crossed_paired_difference`) where the method and
+    every seed have per-run ACC of the same length, else over the seeds' means, marked
+    :data:`SEEDS_ONLY`."""
+    runs = [theirs.get("per_run"), *(v.get("per_run") for v in ours)]
+    if all(r is not None for r in runs) and len({len(r) for r in runs}) == 1:
+        return _verdict_cell(crossed_paired_difference(runs[0], runs[1:]))
+    seeds = paired_difference([theirs["mean"]] * len(ours), [v["mean"] for v in ours])
+    return f"{_verdict_cell(seeds)} {SEEDS_ONLY}"
+
+
 def paired_rows(
     variant: str, baselines: dict[str, Any], acl_models: dict[str, dict[str, Any]]
 ) -> tuple[list[str], list[list[str]]]:
@@ -216,13 +232,20 @@ def paired_rows(
     :func:`fastweights.cl.metrics.paired_difference`), for every ACL model and baseline method (per
     budget):
 
-    - a seed group (:func:`seed_groups`, ``ACL: <group>, N seeds``): the unit is the meta-training
-      seed — seed s's difference is its mean ACC over the runs minus the method's (both on the same
-      streams) — and the CI is over the N seeds; the method's own run-to-run spread enters only through
-      its mean over the runs;
+    - a seed group (:func:`seed_groups`, ``ACL: <group>, N seeds``): the differences ``d[s, r]`` = seed
+      s's ACC on run r minus the method's on run r (run r of both is the same stream), a crossed layout
+      of N seeds × the runs; its grand mean and the CI of
+      :func:`fastweights.cl.metrics.crossed_paired_difference`, which holds both the seed-to-seed and the
+      run-to-run (draw-to-draw) variability of the difference. Where a seed or the method has no per-run
+      values (results written before they were recorded) or the run counts differ, the cell falls back to
+      the seed-level interval — each seed's mean over the runs minus the method's mean, t over the N
+      seeds, the method's run-to-run spread left out — marked :data:`SEEDS_ONLY`;
     - any other ACL model: the unit is the run r (run r of both is the same stream: tasks, order,
-      demonstrations and queries); "—" where either side has no per-run values (results written before
-      they were recorded) or the run counts differ.
+      demonstrations and queries); "—" where either side has no per-run values or the run counts differ.
+
+    Full-budget baselines train on every image whatever the run (run r differs only in its training
+    seed), so there the pairing by run shares only the queries; the intervals stay valid, without the
+    gain of a shared draw.
     """
     cells = baselines["cells"]
     benches = [BENCHMARK_NAMES[b] for b in baselines["config"]["data"]["benchmarks"]]
@@ -242,8 +265,7 @@ def paired_rows(
                     if cell is None or any(v is None for v in ours[b]):
                         row.append("—")
                         continue
-                    theirs = [cell["test"]["ACC"]["mean"]] * len(members)
-                    row.append(_verdict_cell(paired_difference(theirs, [v["ACC"]["mean"] for v in ours[b]])))
+                    row.append(_group_cell(cell["test"]["ACC"], [v["ACC"] for v in ours[b]]))
                 rows.append(row)
     for name, split in acl_models.items():
         if name in grouped:
@@ -414,8 +436,13 @@ def compare(
             if p_rows:
                 lines += [
                     "ACL − method on the same streams (ACC points, mean ± 95% CI, Student t; the verdict "
-                    "is for ACL). Rows 'N seeds': over the meta-training seeds, each seed's mean over the "
-                    "runs minus the method's; other rows: over the runs, run by run:",
+                    "is for ACL). Rows 'N seeds': the differences of every seed and run (run r of both "
+                    "sides is the same demonstration draw), their mean and the CI of the seeds × runs "
+                    "layout (the unbiased two-way random-effects variance of the mean, Student t with "
+                    "Satterthwaite's df), which holds "
+                    "the seed-to-seed and the draw-to-draw spread of the difference; "
+                    f"{SEEDS_ONLY}: no per-run values, CI over the seeds only, the method entering as its "
+                    "mean. Other rows: over the runs, run by run:",
                     "",
                     *md_table(p_header, p_rows),
                     "",
