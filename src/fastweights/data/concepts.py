@@ -35,17 +35,22 @@ The embedded meta-training sources and what is removed from their ``train`` and 
 
 - **Image rule on FontGlyphs and EmojiImages** (:func:`pool_lookalikes`, in addition to the name
   rules): a class is dropped when at least half of its examples show a concept by
-  :func:`benchmark_lookalikes`, as Handwriting's writers. Measured on the default pools (seed 0, 32 px,
-  20 examples; Debian bookworm's fonts), the image rule drops, beyond the name rules: FontGlyphs 2,025
-  of 4,068 meta-training and 384 of 937 meta-validation classes (names first: 21 and 6), EmojiImages 483
-  of 1,291 and 62 of 145 (names first: 118 and 6). Most of these are false alarms of an 8 x 8 shape
-  correlation, not classes that show a digit or a letter: a tall narrow glyph or object reads as a 1
-  (a barber pole, r = 0.91), a compact one as a blurred scikit-learn 4 or 8 mean (Tangut and Nushu
-  characters, teapots, ghosts; 387 of EmojiImages' 483 meta-training drops are by a scikit-learn
-  mean). At 0.8 instead of :data:`CONCEPT_NCC` it would drop 476 / 60 (FontGlyphs) and 53 / 8
-  (EmojiImages). The threshold is kept: it is the one calibrated on the benchmarks' own images, and the
-  rule is to err on the side of leaving classes out. The Egyptian numerals are caught by name: by the
-  image rule alone 3 of the 6 in FontGlyphs' meta-validation pool (D050A, D050B, Z015A) reach it.
+  :func:`benchmark_lookalikes`, as Handwriting's writers, but at the printed sources' threshold
+  :data:`PRINTED_CONCEPT_NCC` (0.78): Handwriting's recipe on printed shapes, the 10th percentile of the
+  correlation of real digits 0-9 and capitals A-J, drawn by the 44 installed fonts that are not template
+  fonts as FontGlyphs draws a class, with their own character's best template (17,400 images; 5th / 10th
+  / 25th / 50th percentiles 0.74 / 0.78 / 0.85 / 0.90). Measured on the default pools (seed 0, 32 px, 20
+  examples; Debian bookworm's fonts), it drops, beyond the name rules: FontGlyphs 638 of 4,068
+  meta-training and 80 of 937 meta-validation classes (names first: 21 and 6), EmojiImages 84 of 1,291
+  and 11 of 145 (names first: 118 and 6). Many of these are false alarms of an 8 x 8 shape correlation,
+  not classes that show a digit or a letter. Of a random sample of 40 FontGlyphs drops, 13 are drawn
+  like a digit or a letter A-J (Armenian CO and Caucasian Albanian SHOY as 8, Cherokee GO as A, Osmanya
+  I as 9, Warang Citi YO as H, ...), 3 are a single stroke read as a 1 or an I, 2 are borderline and 22
+  are not (Tangut and Nushu characters, an asterisk, a cross); of 40 EmojiImages drops none draws a
+  digit or a letter: a tall narrow object reads as a 1 (a barber pole, r = 0.91), a compact one as a
+  blurred scikit-learn mean (76 of the 84 meta-training drops; a cat, an egg, a bomb). The rule errs on
+  the side of leaving classes out. The Egyptian numerals are caught by name: by the image rule alone 1 of
+  the 6 in FontGlyphs' meta-validation pool (D050A, r = 0.84) reaches it.
 - **Handwriting** (:func:`handwriting_exclusion`, applied while it is built): its classes are random pen
   strokes, so one may look like a digit or a letter by chance. Image rule (:func:`benchmark_lookalikes`):
   an image shows a concept when its ink, cropped and fitted into 8 x 8, correlates >= :data:`CONCEPT_NCC`
@@ -92,6 +97,7 @@ __all__ = [
     "EXCLUDED_SPLITS",
     "CONCEPT_RES",
     "CONCEPT_NCC",
+    "PRINTED_CONCEPT_NCC",
     "CONCEPT_SLANTS",
     "ink_vectors",
     "concept_templates",
@@ -245,6 +251,18 @@ CONCEPT_SLANTS = (-0.4, -0.2, 0.0, 0.2, 0.4)
 #: template. At it the rule flags 96 % of Split-Digits' images (90 % by a template of their own digit)
 #: and 99.7 % of FontLetters' letters (``tests/data/test_handwriting.py`` checks these rates)
 CONCEPT_NCC = 0.65
+#: the threshold of the image rule on the printed sources (FontGlyphs, EmojiImages), by the same recipe on
+#: printed shapes: the 10th percentile (0.783, rounded down) of the correlation of real digits 0-9 and
+#: capitals A-J with their own character's best template, drawn by the 44 installed fonts that cover them
+#: and are not template fonts (Noto Sans / Serif italics, Noto Sans / Serif Display, DejaVu obliques,
+#: condensed, ExtraLight and Mono cuts, STIX, Computer Modern, ...; LastResort's boxes, cmex10's
+#: delimiters and cmsy10's symbol digits left out: 870 font x character classes) as FontGlyphs draws a
+#: class (``_render.examples_job``: 20 distorted renders at 64 px, box-averaged to 32 px; 17,400 images;
+#: 5th / 25th / 50th percentiles 0.74 / 0.85 / 0.90; ``scripts/printed_concept_threshold.py``). At it the
+#: rule flags 90 % of these images by a template of their own character, 93 % by any template, and 856 of
+#: the 870 classes (half of their examples; 13 of the 14 below it are Computer Modern's, 6 of them cmsy10's
+#: calligraphic capitals). :data:`CONCEPT_NCC` (0.65) is the threshold for handwritten shapes
+PRINTED_CONCEPT_NCC = 0.78
 _INK_FRACTION = 0.2  # pixels >= 20 % of an image's maximum span its ink bounding box
 _TEMPLATE_RES = 64  # font templates are rendered at 64 px (``_render.clean_render``)
 
@@ -373,27 +391,29 @@ def concept_rule_key() -> dict:
     }
 
 
-def benchmark_lookalikes(images: np.ndarray) -> list[str | None]:
+def benchmark_lookalikes(images: np.ndarray, ncc: float = CONCEPT_NCC) -> list[str | None]:
     """The benchmark concept each image shows by the image rule, or ``None``.
 
     Rule: an image shows a concept when its :func:`ink_vectors` shape vector (ink cropped, fitted into
     8 x 8) correlates at least :data:`CONCEPT_NCC` with a template of :func:`concept_templates`
     (scikit-learn digit means; digits 0-9 and letters A-J of the Latin fonts): a nearest-template test
-    with the threshold at which 90 % of Split-Digits' own images are flagged. The reason names the best
-    template and the correlation.
+    with, by default, the threshold at which 90 % of Split-Digits' own images are flagged (handwriting;
+    :data:`PRINTED_CONCEPT_NCC` for printed images). The reason names the best template and the
+    correlation.
 
     Args:
         images: ``[N, H, W]`` grayscale images, white ink on black (any real dtype).
+        ncc: the threshold (:data:`PRINTED_CONCEPT_NCC` for printed images).
 
     Returns:
         a list of N reasons like ``"looks like digit 7 (NotoSans-Bold.ttf): r = 0.83 >= 0.65 (digits 0-9
-        ...)"``, or ``None`` where the best correlation is below :data:`CONCEPT_NCC`.
+        ...)"``, or ``None`` where the best correlation is below ``ncc``.
 
     Raises:
         ValueError: from :func:`ink_vectors`; FileNotFoundError: from :func:`concept_templates`.
     """
     best, names = _best_templates(images)
-    return [None if r < CONCEPT_NCC else _reason(names[j], r) for j, r in best]
+    return [None if r < ncc else _reason(names[j], r, ncc) for j, r in best]
 
 
 def _best_templates(images: np.ndarray) -> tuple[list[tuple[int, float]], tuple[str, ...]]:
@@ -403,24 +423,24 @@ def _best_templates(images: np.ndarray) -> tuple[list[tuple[int, float]], tuple[
     return [(int(j), float(ncc[i, j])) for i, j in enumerate(best)], names
 
 
-def _reason(name: str, r: float) -> str:
+def _reason(name: str, r: float, ncc: float) -> str:
     why = _LETTERS_WHY if name.startswith("letter") else _DIGITS_WHY
-    return f"looks like {name}: r = {r:.2f} >= {CONCEPT_NCC} ({why})"
+    return f"looks like {name}: r = {r:.2f} >= {ncc} ({why})"
 
 
-def examples_lookalike(examples: np.ndarray) -> str | None:
+def examples_lookalike(examples: np.ndarray, ncc: float = CONCEPT_NCC) -> str | None:
     """Whether a class, given by its examples, shows a benchmark concept: at least half of them do by
     :func:`benchmark_lookalikes` (the upper median over the examples of their best template correlation
-    is >= :data:`CONCEPT_NCC`). Returns the reason, naming the median example's best template, or
-    ``None``.
+    is >= ``ncc``). Returns the reason, naming the median example's best template, or ``None``.
 
     Args:
         examples: ``[M, H, W]`` grayscale images of one class (``M >= 1``).
+        ncc: the threshold (:data:`PRINTED_CONCEPT_NCC` for printed images).
     """
-    return _class_reasons(np.asarray(examples)[None])[0]
+    return _class_reasons(np.asarray(examples)[None], ncc)[0]
 
 
-def _class_reasons(classes: np.ndarray) -> list[str | None]:
+def _class_reasons(classes: np.ndarray, ncc: float) -> list[str | None]:
     """:func:`examples_lookalike` of every class of ``[C, M, H, W]`` (one template product for all)."""
     c, m = classes.shape[:2]
     if c == 0 or m == 0:
@@ -429,7 +449,7 @@ def _class_reasons(classes: np.ndarray) -> list[str | None]:
     out: list[str | None] = []
     for k in range(c):
         j, r = sorted(best[k * m : (k + 1) * m], key=lambda jr: jr[1])[m // 2]
-        out.append(None if r < CONCEPT_NCC else f"its median example {_reason(names[j], r)}")
+        out.append(None if r < ncc else f"its median example {_reason(names[j], r, ncc)}")
     return out
 
 
@@ -461,16 +481,16 @@ def ink_images(images: np.ndarray, channels: int) -> np.ndarray:
     return np.sqrt(((x - background) ** 2).sum(-3)) * np.float32(1.0 / np.sqrt(3.0))
 
 
-def pool_lookalikes(pool: ClassPool, chunk: int = 256) -> list[str | None]:
-    """:func:`examples_lookalike` of every class of a grayscale or RGB ``pool`` (RGB through
-    :func:`ink_images`), ``chunk`` classes at a time: why each class shows a benchmark concept, or
-    ``None``."""
+def pool_lookalikes(pool: ClassPool, chunk: int = 256, ncc: float = CONCEPT_NCC) -> list[str | None]:
+    """:func:`examples_lookalike` (threshold ``ncc``) of every class of a grayscale or RGB ``pool`` (RGB
+    through :func:`ink_images`), ``chunk`` classes at a time: why each class shows a benchmark concept,
+    or ``None``."""
     from threadpoolctl import threadpool_limits
 
     out: list[str | None] = []
     with threadpool_limits(1, user_api="blas"):  # small products: threads cost more than they give
         for i in range(0, pool.num_classes, chunk):
-            out += _class_reasons(ink_images(pool.images[i : i + chunk], pool.channels))
+            out += _class_reasons(ink_images(pool.images[i : i + chunk], pool.channels), ncc)
     return out
 
 
@@ -510,11 +530,12 @@ def _by_name(rule: Callable[[str, int, str], str | None]) -> Callable[[ClassPool
 def _and_image_rule(
     by_name: Callable[[ClassPool], list[str | None]],
 ) -> Callable[[ClassPool], list[str | None]]:
-    """A pool rule that applies ``by_name`` and, to the classes it keeps, :func:`pool_lookalikes`."""
+    """A pool rule that applies ``by_name`` and, to the classes it keeps, :func:`pool_lookalikes` at the
+    printed sources' threshold :data:`PRINTED_CONCEPT_NCC`."""
 
     def reasons(pool: ClassPool) -> list[str | None]:
         named = by_name(pool)
-        return [n or i for n, i in zip(named, pool_lookalikes(pool), strict=True)]
+        return [n or i for n, i in zip(named, pool_lookalikes(pool, ncc=PRINTED_CONCEPT_NCC), strict=True)]
 
     return reasons
 
@@ -527,8 +548,8 @@ _RULES: dict[str, Callable[[ClassPool], list[str | None]]] = {
 }
 
 _IMAGE_RULE = (
-    "and the classes half of whose examples correlate >= 0.65 (ink cropped and fitted into 8 x 8) with a "
-    "digit 0-9 or capital A-J template"
+    f"and the classes half of whose examples correlate >= {PRINTED_CONCEPT_NCC} (ink cropped and fitted into "
+    "8 x 8) with a digit 0-9 or capital A-J template"
 )
 #: source -> the rule :func:`exclude_benchmark_concepts` applies to its meta-training / -validation pools
 EXCLUSION_RULES: dict[str, str] = {
@@ -536,8 +557,8 @@ EXCLUSION_RULES: dict[str, str] = {
     f"or wearables (EMOJI_CLASSES), {_IMAGE_RULE} (ink: RGB distance from the background colour)",
     "fontglyphs": "every code point with a numeric value or a DIGIT / NUMBER / NUMERAL name, the Egyptian "
     f"numeral signs, the Latin letters whose base letter is A-J, {_IMAGE_RULE}",
-    "handwriting": "classes whose clean render or half of whose writers correlate >= 0.65 (8 x 8 ink) with a "
-    "digit 0-9 or capital A-J template",
+    "handwriting": "classes whose clean render or half of whose writers correlate >= "
+    f"{CONCEPT_NCC} (8 x 8 ink) with a digit 0-9 or capital A-J template",
 }
 
 
