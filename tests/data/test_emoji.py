@@ -170,7 +170,10 @@ def test_registry_and_pool_config(cache, pools):
     loaded = load_pools_for(cfg)
     assert loaded["test"].images.shape[1:] == (2, 3, 16, 16)
     assert loaded["train"].name == "EmojiImages/train"
-    names = {n for p in loaded.values() for n in p.class_names}  # the full set: near-duplicates dropped
+    full = load_emoji_images(image_size=16, examples_per_class=2, cache_dir=cache)  # its cache, unfiltered
+    assert loaded["test"].class_names == full["test"].class_names  # the concept rules filter train and val
+    assert loaded["val"].num_classes < full["val"].num_classes
+    names = {n for p in full.values() for n in p.class_names}  # the full set: near-duplicates dropped
     tricolours = {"flag: Clipperton Island (U+1F1E8 U+1F1F5)", "flag: France (U+1F1EB U+1F1F7)"}
     assert len((tricolours | {"flag: St. Martin (U+1F1F2 U+1F1EB)"}) & names) == 1  # one flag, three names
     assert 1500 < len(names) < 1800

@@ -22,20 +22,42 @@ The embedded meta-training sources and what is removed from their ``train`` and 
   draw text or wearables (Noto Color Emoji 2.042) and looking at them: e.g. "calendar" draws "July 17",
   "pager" draws "1998", "ATM sign" draws the letter A, "roller skate" is footwear.
   :data:`EMOJI_REVIEWED` lists the names that mention a concept word but draw no such class (the clock
-  faces have hands and no numerals).
+  faces have hands and no numerals). Then the image rule below, on an "ink" image of each RGB example
+  (:func:`ink_images`: the RGB distance of each pixel from the example's background colour, an
+  alpha-like coverage of the emoji's silhouette).
 - **FontGlyphs** (:func:`glyph_exclusion`): every code point with a numeric value or a name with DIGIT,
-  NUMBER or NUMERAL (U+4E00 "一" is the Han numeral one; Arabic letters with a digit above), and the
-  Latin letters whose base letter is A–J in either case (``LATIN SMALL LETTER B WITH TOPBAR``).
-  FontGlyphs classes are letters only (Unicode Lu/Ll/Lt/Lo) and Latin look-alikes of other scripts are
-  already removed when it is built.
+  NUMBER or NUMERAL (U+4E00 "一" is the Han numeral one; Arabic letters with a digit above), the
+  Egyptian numeral signs, which Unicode gives no numeric value (Gardiner's strokes Z015 / Z016 and the
+  signs that Unicode's NamesList annotates with a number: U+13363 V001A "200", U+133FB Z015A two
+  strokes, ...), and the Latin letters whose base letter is A-J in either case (``LATIN SMALL LETTER B
+  WITH TOPBAR``). FontGlyphs classes are letters only (Unicode Lu/Ll/Lt/Lo) and Latin look-alikes of
+  other scripts are already removed when it is built. Then the image rule below on its examples.
 
+- **Image rule on FontGlyphs and EmojiImages** (:func:`pool_lookalikes`, in addition to the name
+  rules): a class is dropped when at least half of its examples show a concept by
+  :func:`benchmark_lookalikes`, as Handwriting's writers, but at the printed sources' threshold
+  :data:`PRINTED_CONCEPT_NCC` (0.78): Handwriting's recipe on printed shapes, the 10th percentile of the
+  correlation of real digits 0-9 and capitals A-J, drawn by the 44 installed fonts that are not template
+  fonts as FontGlyphs draws a class, with their own character's best template (17,400 images; 5th / 10th
+  / 25th / 50th percentiles 0.74 / 0.78 / 0.85 / 0.90). Measured on the default pools (seed 0, 32 px, 20
+  examples; Debian bookworm's fonts), it drops, beyond the name rules: FontGlyphs 638 of 4,068
+  meta-training and 80 of 937 meta-validation classes (names first: 21 and 6), EmojiImages 84 of 1,291
+  and 11 of 145 (names first: 118 and 6). Many of these are false alarms of an 8 x 8 shape correlation,
+  not classes that show a digit or a letter. Of a random sample of 40 FontGlyphs drops, 13 are drawn
+  like a digit or a letter A-J (Armenian CO and Caucasian Albanian SHOY as 8, Cherokee GO as A, Osmanya
+  I as 9, Warang Citi YO as H, ...), 3 are a single stroke read as a 1 or an I, 2 are borderline and 22
+  are not (Tangut and Nushu characters, an asterisk, a cross); of 40 EmojiImages drops none draws a
+  digit or a letter: a tall narrow object reads as a 1 (a barber pole, r = 0.91), a compact one as a
+  blurred scikit-learn mean (76 of the 84 meta-training drops; a cat, an egg, a bomb). The rule errs on
+  the side of leaving classes out. The Egyptian numerals are caught by name: by the image rule alone 1 of
+  the 6 in FontGlyphs' meta-validation pool (D050A, r = 0.84) reaches it.
 - **Handwriting** (:func:`handwriting_exclusion`, applied while it is built): its classes are random pen
   strokes, so one may look like a digit or a letter by chance. Image rule (:func:`benchmark_lookalikes`):
   an image shows a concept when its ink, cropped and fitted into 8 x 8, correlates >= :data:`CONCEPT_NCC`
-  (0.6) with a template: scikit-learn's 10 digit means, or the digits 0-9 and capitals A-J of the Latin
+  (0.65) with a template: scikit-learn's 10 digit means, or the digits 0-9 and capitals A-J of the Latin
   fonts FontLetters and ColourDigits draw with (:func:`concept_templates`). The threshold is the 10th
   percentile of Split-Digits' own images' correlation with their own digit's best template; the rule
-  flags 98 % of Split-Digits' images and 95 % of FontLetters'. A candidate class is dropped when its
+  flags 96 % of Split-Digits' images and 99.7 % of FontLetters'. A candidate class is dropped when its
   clean render or half of its writers show a concept; at the default settings this drops 404 of 1,673
   meta-training and 74 of 301 meta-validation candidates (``docs/architecture.md``, "Handwriting"). It
   is a correlation test, not a reader: a kept class can still remind a person of a digit. Garments
@@ -75,6 +97,7 @@ __all__ = [
     "EXCLUDED_SPLITS",
     "CONCEPT_RES",
     "CONCEPT_NCC",
+    "PRINTED_CONCEPT_NCC",
     "CONCEPT_SLANTS",
     "ink_vectors",
     "concept_templates",
@@ -82,6 +105,8 @@ __all__ = [
     "benchmark_lookalikes",
     "examples_lookalike",
     "handwriting_exclusion",
+    "ink_images",
+    "pool_lookalikes",
 ]
 
 log = logging.getLogger(__name__)
@@ -176,6 +201,16 @@ _LATIN_A_TO_J = re.compile(
     r"(?:(?:TURNED|REVERSED|INVERTED|CLOSED|SIDEWAYS|DOTLESS|BARRED|OPEN|SCRIPT) )*([A-J])(?: |$)"
 )
 _A_TO_J = "ABCDEFGHIJ"
+#: the numeral signs of Egyptian hieroglyphs (Gardiner 1957, Egyptian Grammar, section 259 and sign list), by
+#: their Gardiner numbers in the Unicode names (no Unicode numeric value): the strokes 1-9 (Z015-Z015I
+#: upright, Z016-Z016H lying, as in dates), and every sign that Unicode's NamesList.txt annotates with a
+#: number: 10s (hobble V020-V020L; V040, V040A in dates), 100s (coil V001-V001I), 1,000s (lotus
+#: M012-M012H), 10,000s (finger D050-D050I), 100,000 (tadpole I008), 1,000,000 (Heh C011) and the fractions
+#: 1/2-1/64 (D011-D016, the parts of the eye of Horus)
+_EGYPTIAN_NUMERAL = re.compile(
+    r"^EGYPTIAN HIEROGLYPH (?:Z015[A-I]?|Z016[A-H]?|V020[A-L]?|V040A?|V001[A-I]?|M012[A-H]?|D050[A-I]?"
+    r"|I008|C011|D01[1-6])$"
+)
 #: the pools that are filtered (meta-training and meta-validation)
 EXCLUDED_SPLITS = ("train", "val")
 
@@ -190,11 +225,14 @@ def emoji_exclusion(name: str, subgroup: str) -> str | None:
 
 def glyph_exclusion(codepoint: int) -> str | None:
     """Why a FontGlyphs class (a letter ``codepoint``) must stay out of meta-training and
-    meta-validation, or ``None`` when it may be used: a numeral of any script, or a Latin letter A-J."""
+    meta-validation, or ``None`` when it may be used: a numeral of any script (a numeric value, a DIGIT /
+    NUMBER / NUMERAL name, an Egyptian numeral sign), or a Latin letter A-J."""
     ch = chr(codepoint)
     name = unicodedata.name(ch, "")
     if unicodedata.numeric(ch, None) is not None or _NUMERAL_NAME.search(name):
         return f"a numeral ({_DIGITS_WHY})"
+    if _EGYPTIAN_NUMERAL.match(name):
+        return f"an Egyptian numeral sign ({_DIGITS_WHY})"
     m = _LATIN_A_TO_J.match(name)
     if m:
         return f"the Latin letter {m.group(1)} ({_LETTERS_WHY})"
@@ -213,6 +251,18 @@ CONCEPT_SLANTS = (-0.4, -0.2, 0.0, 0.2, 0.4)
 #: template. At it the rule flags 96 % of Split-Digits' images (90 % by a template of their own digit)
 #: and 99.7 % of FontLetters' letters (``tests/data/test_handwriting.py`` checks these rates)
 CONCEPT_NCC = 0.65
+#: the threshold of the image rule on the printed sources (FontGlyphs, EmojiImages), by the same recipe on
+#: printed shapes: the 10th percentile (0.783, rounded down) of the correlation of real digits 0-9 and
+#: capitals A-J with their own character's best template, drawn by the 44 installed fonts that cover them
+#: and are not template fonts (Noto Sans / Serif italics, Noto Sans / Serif Display, DejaVu obliques,
+#: condensed, ExtraLight and Mono cuts, STIX, Computer Modern, ...; LastResort's boxes, cmex10's
+#: delimiters and cmsy10's symbol digits left out: 870 font x character classes) as FontGlyphs draws a
+#: class (``_render.examples_job``: 20 distorted renders at 64 px, box-averaged to 32 px; 17,400 images;
+#: 5th / 25th / 50th percentiles 0.74 / 0.85 / 0.90; ``scripts/printed_concept_threshold.py``). At it the
+#: rule flags 90 % of these images by a template of their own character, 93 % by any template, and 856 of
+#: the 870 classes (half of their examples; 13 of the 14 below it are Computer Modern's, 6 of them cmsy10's
+#: calligraphic capitals). :data:`CONCEPT_NCC` (0.65) is the threshold for handwritten shapes
+PRINTED_CONCEPT_NCC = 0.78
 _INK_FRACTION = 0.2  # pixels >= 20 % of an image's maximum span its ink bounding box
 _TEMPLATE_RES = 64  # font templates are rendered at 64 px (``_render.clean_render``)
 
@@ -341,27 +391,29 @@ def concept_rule_key() -> dict:
     }
 
 
-def benchmark_lookalikes(images: np.ndarray) -> list[str | None]:
+def benchmark_lookalikes(images: np.ndarray, ncc: float = CONCEPT_NCC) -> list[str | None]:
     """The benchmark concept each image shows by the image rule, or ``None``.
 
     Rule: an image shows a concept when its :func:`ink_vectors` shape vector (ink cropped, fitted into
     8 x 8) correlates at least :data:`CONCEPT_NCC` with a template of :func:`concept_templates`
     (scikit-learn digit means; digits 0-9 and letters A-J of the Latin fonts): a nearest-template test
-    with the threshold at which 90 % of Split-Digits' own images are flagged. The reason names the best
-    template and the correlation.
+    with, by default, the threshold at which 90 % of Split-Digits' own images are flagged (handwriting;
+    :data:`PRINTED_CONCEPT_NCC` for printed images). The reason names the best template and the
+    correlation.
 
     Args:
         images: ``[N, H, W]`` grayscale images, white ink on black (any real dtype).
+        ncc: the threshold (:data:`PRINTED_CONCEPT_NCC` for printed images).
 
     Returns:
-        a list of N reasons like ``"looks like digit 7 (NotoSans-Bold.ttf): r = 0.83 >= 0.6 (digits 0-9
-        ...)"``, or ``None`` where the best correlation is below :data:`CONCEPT_NCC`.
+        a list of N reasons like ``"looks like digit 7 (NotoSans-Bold.ttf): r = 0.83 >= 0.65 (digits 0-9
+        ...)"``, or ``None`` where the best correlation is below ``ncc``.
 
     Raises:
         ValueError: from :func:`ink_vectors`; FileNotFoundError: from :func:`concept_templates`.
     """
     best, names = _best_templates(images)
-    return [None if r < CONCEPT_NCC else _reason(names[j], r) for j, r in best]
+    return [None if r < ncc else _reason(names[j], r, ncc) for j, r in best]
 
 
 def _best_templates(images: np.ndarray) -> tuple[list[tuple[int, float]], tuple[str, ...]]:
@@ -371,24 +423,24 @@ def _best_templates(images: np.ndarray) -> tuple[list[tuple[int, float]], tuple[
     return [(int(j), float(ncc[i, j])) for i, j in enumerate(best)], names
 
 
-def _reason(name: str, r: float) -> str:
+def _reason(name: str, r: float, ncc: float) -> str:
     why = _LETTERS_WHY if name.startswith("letter") else _DIGITS_WHY
-    return f"looks like {name}: r = {r:.2f} >= {CONCEPT_NCC} ({why})"
+    return f"looks like {name}: r = {r:.2f} >= {ncc} ({why})"
 
 
-def examples_lookalike(examples: np.ndarray) -> str | None:
+def examples_lookalike(examples: np.ndarray, ncc: float = CONCEPT_NCC) -> str | None:
     """Whether a class, given by its examples, shows a benchmark concept: at least half of them do by
     :func:`benchmark_lookalikes` (the upper median over the examples of their best template correlation
-    is >= :data:`CONCEPT_NCC`). Returns the reason, naming the median example's best template, or
-    ``None``.
+    is >= ``ncc``). Returns the reason, naming the median example's best template, or ``None``.
 
     Args:
         examples: ``[M, H, W]`` grayscale images of one class (``M >= 1``).
+        ncc: the threshold (:data:`PRINTED_CONCEPT_NCC` for printed images).
     """
-    return _class_reasons(np.asarray(examples)[None])[0]
+    return _class_reasons(np.asarray(examples)[None], ncc)[0]
 
 
-def _class_reasons(classes: np.ndarray) -> list[str | None]:
+def _class_reasons(classes: np.ndarray, ncc: float) -> list[str | None]:
     """:func:`examples_lookalike` of every class of ``[C, M, H, W]`` (one template product for all)."""
     c, m = classes.shape[:2]
     if c == 0 or m == 0:
@@ -397,7 +449,48 @@ def _class_reasons(classes: np.ndarray) -> list[str | None]:
     out: list[str | None] = []
     for k in range(c):
         j, r = sorted(best[k * m : (k + 1) * m], key=lambda jr: jr[1])[m // 2]
-        out.append(None if r < CONCEPT_NCC else f"its median example {_reason(names[j], r)}")
+        out.append(None if r < ncc else f"its median example {_reason(names[j], r, ncc)}")
+    return out
+
+
+def ink_images(images: np.ndarray, channels: int) -> np.ndarray:
+    """The "ink" of images as grayscale, white on black (what :func:`ink_vectors` reads): float32.
+
+    Grayscale images (``channels == 1``, ``[..., S, S]``) are ink on a black background already and
+    come back as they are. RGB images (``channels == 3``, ``[..., 3, S, S]``; EmojiImages: a picture
+    pasted on a uniform background of a random colour, ``_emoji_build.examples``) become ``[..., S, S]``:
+    the Euclidean distance in RGB of each pixel from the image's background colour, scaled so that 255
+    is the largest possible distance (255 * sqrt(3)). That is an alpha-like coverage, 0 on the
+    background and high wherever the picture is drawn, whatever the colours of either. The background
+    colour is the per-channel median of the image's outermost ring of pixels (mostly background: the
+    picture is fitted inside the image).
+
+    Raises:
+        ValueError: for ``channels`` other than 1 and 3, or an array without its image axes.
+    """
+    x = np.asarray(images, dtype=np.float32)
+    if channels not in (1, 3) or x.ndim < (3 if channels == 1 else 4) or (channels == 3 and x.shape[-3] != 3):
+        raise ValueError(
+            f"images: expected [..., S, S] (channels 1) or [..., 3, S, S] (channels 3), given shape "
+            f"{tuple(x.shape)} with channels {channels!r}"
+        )
+    if channels == 1:
+        return x
+    ring = np.concatenate([x[..., 0, :], x[..., -1, :], x[..., 1:-1, 0], x[..., 1:-1, -1]], axis=-1)
+    background = np.median(ring, axis=-1)[..., None, None]  # [..., 3, 1, 1]
+    return np.sqrt(((x - background) ** 2).sum(-3)) * np.float32(1.0 / np.sqrt(3.0))
+
+
+def pool_lookalikes(pool: ClassPool, chunk: int = 256, ncc: float = CONCEPT_NCC) -> list[str | None]:
+    """:func:`examples_lookalike` (threshold ``ncc``) of every class of a grayscale or RGB ``pool`` (RGB
+    through :func:`ink_images`), ``chunk`` classes at a time: why each class shows a benchmark concept,
+    or ``None``."""
+    from threadpoolctl import threadpool_limits
+
+    out: list[str | None] = []
+    with threadpool_limits(1, user_api="blas"):  # small products: threads cost more than they give
+        for i in range(0, pool.num_classes, chunk):
+            out += _class_reasons(ink_images(pool.images[i : i + chunk], pool.channels), ncc)
     return out
 
 
@@ -409,12 +502,9 @@ def handwriting_exclusion(pool: ClassPool) -> list[str | None]:
     so on a pool it built this removes nothing; it guards the rule on pools made otherwise (an older
     cache, other settings). Raises ``ValueError`` for an RGB pool.
     """
-    from threadpoolctl import threadpool_limits
-
     if pool.channels != 1:
         raise ValueError(f"{pool.name}: expected a grayscale pool [C, M, S, S], given {pool.images.shape}")
-    with threadpool_limits(1, user_api="blas"):  # small products: threads cost more than they give
-        return _class_reasons(pool.images)
+    return pool_lookalikes(pool)
 
 
 _SUFFIX = re.compile(r"^(.*) \((U\+[0-9A-F]{4,6})(?: U\+[0-9A-F]{4,6})*\)$")
@@ -437,22 +527,38 @@ def _by_name(rule: Callable[[str, int, str], str | None]) -> Callable[[ClassPool
     return reasons
 
 
+def _and_image_rule(
+    by_name: Callable[[ClassPool], list[str | None]],
+) -> Callable[[ClassPool], list[str | None]]:
+    """A pool rule that applies ``by_name`` and, to the classes it keeps, :func:`pool_lookalikes` at the
+    printed sources' threshold :data:`PRINTED_CONCEPT_NCC`."""
+
+    def reasons(pool: ClassPool) -> list[str | None]:
+        named = by_name(pool)
+        return [n or i for n, i in zip(named, pool_lookalikes(pool, ncc=PRINTED_CONCEPT_NCC), strict=True)]
+
+    return reasons
+
+
 #: source -> why each class of one of its pools is left out (None: kept)
 _RULES: dict[str, Callable[[ClassPool], list[str | None]]] = {
-    "emoji": _by_name(lambda name, codepoint, alphabet: emoji_exclusion(name, alphabet)),
-    "fontglyphs": _by_name(lambda name, codepoint, alphabet: glyph_exclusion(codepoint)),
+    "emoji": _and_image_rule(_by_name(lambda name, codepoint, alphabet: emoji_exclusion(name, alphabet))),
+    "fontglyphs": _and_image_rule(_by_name(lambda name, codepoint, alphabet: glyph_exclusion(codepoint))),
     "handwriting": lambda pool: handwriting_exclusion(pool),
 }
 
-
+_IMAGE_RULE = (
+    f"and the classes half of whose examples correlate >= {PRINTED_CONCEPT_NCC} (ink cropped and fitted into "
+    "8 x 8) with a digit 0-9 or capital A-J template"
+)
 #: source -> the rule :func:`exclude_benchmark_concepts` applies to its meta-training / -validation pools
 EXCLUSION_RULES: dict[str, str] = {
-    "emoji": "the subgroups keycap, alphanum and clothing, and the named classes that draw digits, letters "
-    "or wearables (EMOJI_CLASSES)",
-    "fontglyphs": "every code point with a numeric value or a DIGIT / NUMBER / NUMERAL name, and the Latin "
-    "letters whose base letter is A-J",
-    "handwriting": "classes whose clean render or half of whose writers correlate >= 0.6 (8 x 8 ink) with a "
-    "digit 0-9 or capital A-J template",
+    "emoji": "the subgroups keycap, alphanum and clothing, the named classes that draw digits, letters "
+    f"or wearables (EMOJI_CLASSES), {_IMAGE_RULE} (ink: RGB distance from the background colour)",
+    "fontglyphs": "every code point with a numeric value or a DIGIT / NUMBER / NUMERAL name, the Egyptian "
+    f"numeral signs, the Latin letters whose base letter is A-J, {_IMAGE_RULE}",
+    "handwriting": "classes whose clean render or half of whose writers correlate >= "
+    f"{CONCEPT_NCC} (8 x 8 ink) with a digit 0-9 or capital A-J template",
 }
 
 
