@@ -179,3 +179,20 @@ def test_task_sequence_refuses_bad_arguments():
         _sequence(model, n_query=0)
     with pytest.raises(ValueError, match="order"):
         _sequence(model, order=[0, 2])
+
+
+def test_task_sequence_with_context_replay_is_reproducible_and_leaves_the_first_task():
+    from fastweights.cl.context_replay import ContextReplay
+
+    model, sampler = _model(), EpisodeSampler(_pool())
+    kw = dict(order=[0, 0, 0], episodes=3, n_way=2, k_shot=2, n_query=1, batch_size=2, seed=4)
+    off = evaluate_task_sequence(model, [sampler], **kw)
+    on = evaluate_task_sequence(model, [sampler], replay=ContextReplay(1, "mixed"), **kw)
+    np.testing.assert_array_equal(on, evaluate_task_sequence(model, [sampler], replay=ContextReplay(1), **kw))
+    np.testing.assert_array_equal(on[:, 0, 0], off[:, 0, 0])  # task 0: nothing to replay
+    pairs = evaluate_task_pairs(
+        model, sampler, episodes=2, n_way=2, k_shot=2, replay=ContextReplay(2, "before")
+    )
+    np.testing.assert_array_equal(
+        pairs["A|A"], evaluate_task_pairs(model, sampler, episodes=2, n_way=2, k_shot=2)["A|A"]
+    )

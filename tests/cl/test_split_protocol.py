@@ -355,3 +355,58 @@ def test_to_model_images_passes_features_through():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     t = to_model_images(x, 0.5, 2.0, "cpu", torch.float64, channels=0)
     assert t.dtype == torch.float64 and t.tolist() == x.tolist()
+
+
+@pytest.mark.parametrize("order", ["before", "mixed"])
+def test_split_tasks_with_context_replay_read_the_memory_with_each_later_task(order):
+    from fastweights.cl.context_replay import ContextReplay, replay_generator, replay_support
+    from fastweights.data.streams import ClassExamples, class_sequence_tasks
+    from fastweights.models.backbones import FeatureInput
+
+    torch.manual_seed(0)
+    model = InContextClassifier(FeatureInput(6), 6, d_model=16, num_layers=1, num_heads=2, d_ff=32)
+    rng = np.random.default_rng(0)
+    classes = [
+        [
+            ClassExamples(
+                f"{t}{c}",
+                rng.normal(size=(4, 6)).astype(np.float32),
+                rng.normal(size=(3, 6)).astype(np.float32),
+            )
+            for c in range(2)
+        ]
+        for t in range(3)
+    ]
+
+    def stream(r):
+        return class_sequence_tasks(classes, k_shot=2, run=r)
+
+    kw = dict(runs=2, n_out=6, mean=0.0, std=1.0, channels=0)
+    replay = ContextReplay(1, order)
+    res = evaluate_split_tasks(model, stream, replay=replay, replay_seed=9, **kw)
+    assert res["context_replay"] == {"per_class": 1, "order": order}
+    off = evaluate_split_tasks(model, stream, **kw)
+    assert off["context_replay"] == {"per_class": 0, "order": None}
+
+    def by_hand(r: int) -> np.ndarray:  # run r's matrix, the supports extended by hand
+        tasks, g = stream(r), replay_generator(9, r)
+        feats = [torch.from_numpy(t.support_images)[None] for t in tasks]
+        labels = [torch.from_numpy(t.support_labels)[None] for t in tasks]
+        R, state = np.zeros((3, 3)), None
+        with torch.no_grad():
+            for i in range(3):
+                f, lab = feats[i], labels[i]
+                if i:
+                    f, lab, _ = replay_support(
+                        feats[:i], labels[:i], f, lab, per_class=1, order=order, generator=g
+                    )
+                    assert lab.shape[1] == 4 + 2 * i and set(lab[0, : 2 * i].tolist()) <= set(
+                        range(2 * i + 2)
+                    )
+                _, state = model.forward_features(f, lab, state)
+                for j, t in enumerate(tasks):
+                    logits = model.query_features(torch.from_numpy(t.query_images)[None], state)[0]
+                    R[i, j] = float((logits[:, :6].argmax(-1).numpy() == t.query_labels).mean())
+        return R
+
+    np.testing.assert_allclose(res["R"], (by_hand(0) + by_hand(1)) / 2, atol=1e-12)

@@ -11,6 +11,9 @@
 
 All queries are independent reads from the state after the demonstrations (see
 ``InContextClassifier.query_features``); the model is put in eval mode and no gradients are kept.
+Both take ``replay``: in-context replay (:mod:`fastweights.cl.context_replay`), later tasks read with
+the stored demonstrations of earlier ones, its ``"mixed"`` permutations drawn from
+``replay_generator(seed)``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastweights.cl.context_replay import ContextReplay, replay_generator
 from fastweights.cl.metrics import mean_ci95
 from fastweights.cl.objective import sequence_query_logits
 from fastweights.cl.tasks import TaskTensors, sample_task_sequences
@@ -88,6 +92,7 @@ def evaluate_task_pairs(
     label_space: int | None = None,
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
+    replay: ContextReplay | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-episode accuracies of two-task sequences (A then B, and B then A when ``reverse``; ACL paper
     §4.1; queries only, nothing re-learned).
@@ -97,7 +102,8 @@ def evaluate_task_pairs(
     task normalised with its own pool's statistics, labels in ``0..label_space-1`` (default ``n_way``);
     sampled with :func:`~fastweights.cl.tasks.sample_task_sequences`. The reverse order reuses the
     same episodes. Predictions are the argmax over all the model's outputs. Episodes are reproducible
-    for ``seed``.
+    for ``seed``. ``replay``: the second task is read with the first's stored demonstrations
+    (``None``: off).
 
     Returns:
         ``{key: float64 [episodes]}`` for the keys of :data:`FORGETTING_KEYS` (first three only when
@@ -124,12 +130,15 @@ def evaluate_task_pairs(
         label_space=label_space,
         device=device,
     )
+    generator = replay_generator(seed) if replay is not None else None
     for _, (a, bb) in batches:
         orders = [((a, bb), ("A|A", "B|A->B", "A|A->B"))]
         if reverse:
             orders.append(((bb, a), ("B|B", "A|B->A", "B|B->A")))
         for tasks, (k00, k11, k10) in orders:
-            logits, _ = sequence_query_logits(model, list(tasks), backward=True)
+            logits, _ = sequence_query_logits(
+                model, list(tasks), backward=True, replay=replay, generator=generator
+            )
             for key, (i, j) in ((k00, (0, 0)), (k11, (1, 1)), (k10, (1, 0))):
                 out[key].append(_accuracy(logits[(i, j)], tasks[j].query_labels))
     return {k: np.concatenate(v) for k, v in out.items()}
@@ -151,6 +160,7 @@ def evaluate_task_sequence(
     seed: int = 0,
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
+    replay: ContextReplay | None = None,
 ) -> np.ndarray:
     """Accuracy matrices of ``len(order)``-task sequences learned in context (ACL paper §4.3: the 5-task
     meta-validation and report; queries only, nothing re-learned).
@@ -162,6 +172,7 @@ def evaluate_task_sequence(
     After the support set of task ``i`` every task ``j <= i`` is queried from that state
     (:func:`~fastweights.cl.objective.sequence_query_logits`); predictions are the argmax over all
     the model's outputs, targets the (class-incremental: shifted) labels. Reproducible for ``seed``.
+    ``replay``: tasks ``i >= 1`` read with the stored demonstrations of tasks ``< i`` (``None``: off).
 
     Returns:
         float64 ``R [episodes, T, T]``, ``T = len(order)``: ``R[e, i, j]`` the fraction of task ``j``'s
@@ -192,8 +203,9 @@ def evaluate_task_sequence(
         scenario=scenario,
         device=device,
     )
+    generator = replay_generator(seed) if replay is not None else None
     for done, tasks in batches:
-        logits, _ = sequence_query_logits(model, tasks, backward=True)
+        logits, _ = sequence_query_logits(model, tasks, backward=True, replay=replay, generator=generator)
         for (i, j), lg in logits.items():
             R[done : done + len(lg), i, j] = _accuracy(lg, tasks[j].query_labels)
     return R

@@ -15,7 +15,9 @@ et al. 2018; :func:`fastweights.cl.metrics.summarize_runs`).
   paper's 5/10/20-task Split-Omniglot; here Split-FontGlyphs, Split-Emoji).
 
 Queries are independent reads from the state (``InContextClassifier.query_features``); the model is in
-eval mode and no gradients are kept.
+eval mode and no gradients are kept. With ``replay`` (in-context replay,
+:mod:`fastweights.cl.context_replay`) task ``i >= 1`` is read as its extended support: the stored
+demonstrations of tasks ``< i`` with its own.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 
 from fastweights.checks import check_choice, check_int
+from fastweights.cl.context_replay import ContextReplay, replay_generator, replay_record, replay_supports
 from fastweights.cl.metrics import summarize_runs
 from fastweights.cl.tasks import to_model_images
 from fastweights.data.sources.base import ClassPool, SplitDataset, Stat
@@ -140,6 +143,8 @@ def evaluate_split_tasks(
     channels: int,
     device: torch.device | str = "cpu",
     query_batch: int = 2048,
+    replay: ContextReplay | None = None,
+    replay_seed: int = 0,
 ) -> dict[str, Any]:
     """Accuracy matrices ``R[i, j]`` of the streams ``tasks_for_run(0..runs-1)`` learned in context.
 
@@ -157,11 +162,16 @@ def evaluate_split_tasks(
             images for a 3-channel backbone (``model.backbone.in_channels``) are repeated to 3 channels
             after normalisation (as automated-cl's Split-MNIST transform).
         query_batch: queries per ``query_features`` call.
+        replay: in-context replay: task ``i >= 1``'s demonstrations read with the stored demonstrations
+            of tasks ``< i`` (:func:`~fastweights.cl.context_replay.replay_supports`; their original
+            labels); ``None`` (default): off.
+        replay_seed: run ``r``'s ``"mixed"`` permutations come from ``replay_generator(replay_seed, r)``.
 
     Returns:
         :func:`fastweights.cl.metrics.summarize_runs` of the ``runs`` matrices ``[T, T]`` (``R``, ``R_std``,
         ``ACC``, ``BWT``, ``forgetting``, ``learning_accuracy``, ``runs``) plus ``task_names`` (run 0's),
-        ``n_out`` and ``chance = 1 / n_out``.
+        ``n_out``, ``chance = 1 / n_out`` and ``context_replay`` (``{"per_class", "order"}``, per_class 0
+        when off).
 
     Raises:
         ValueError: for bad ``runs``/``n_out``/``query_batch``/``channels``, RGB images for a 1-channel
@@ -188,18 +198,23 @@ def evaluate_split_tasks(
             previous = tasks
             support = embed(np.concatenate([t.support_images for t in tasks]))
             support = torch.split(support, [len(t.support_images) for t in tasks])
+            labels = [
+                torch.from_numpy(t.support_labels).to(device=device, dtype=torch.long).unsqueeze(0)
+                for t in tasks
+            ]
+            generator = replay_generator(replay_seed, r) if replay is not None else None
+            read = replay_supports([f.unsqueeze(0) for f in support], labels, replay, generator)
             R = np.zeros((len(tasks), len(tasks)))
             state = None
-            for i, task in enumerate(tasks):
-                labels = torch.from_numpy(task.support_labels).to(device=device, dtype=torch.long)
-                _, state = model.forward_features(support[i].unsqueeze(0), labels.unsqueeze(0), state)
+            for i in range(len(tasks)):
+                _, state = model.forward_features(read[i].features, read[i].labels, state)
                 for j, t in enumerate(tasks):
                     target = torch.from_numpy(t.query_labels).to(device)
                     logits = read_queries(model, query_feats[j], state, query_batch)
                     R[i, j] = (logits[:, :n_out].argmax(-1) == target).sum().item() / len(target)
             matrices.append(R)
     summary = summarize_runs(matrices)
-    summary.update(task_names=names, n_out=n_out, chance=1.0 / n_out)
+    summary.update(task_names=names, n_out=n_out, chance=1.0 / n_out, context_replay=replay_record(replay))
     return summary
 
 
@@ -213,6 +228,8 @@ def evaluate_split_benchmark(
     num_tasks: int | None = None,
     device: torch.device | str = "cpu",
     query_batch: int = 2048,
+    replay: ContextReplay | None = None,
+    replay_seed: int = 0,
 ) -> dict[str, Any]:
     """Split benchmark of ``dataset`` (tasks = class pairs (0, 1), (2, 3), …, learned in that order, as in
     automated-cl's Split-MNIST evaluation) by :func:`evaluate_split_tasks`.
@@ -227,6 +244,8 @@ def evaluate_split_benchmark(
             many as the model's outputs allow (``num_classes // 2``): the 10-output model gets the 5-task
             and the 5-way ACL model the 2-task class-incremental benchmark of the ACL paper (Table 3;
             ``num_tasks=2`` gives the 2-task column for any model).
+
+        replay, replay_seed: in-context replay, as in :func:`evaluate_split_tasks`.
 
     Returns:
         :func:`evaluate_split_tasks`'s dict plus ``k_shot``, ``scenario`` and ``num_tasks``.
@@ -264,6 +283,8 @@ def evaluate_split_benchmark(
         channels=dataset.channels,
         device=device,
         query_batch=query_batch,
+        replay=replay,
+        replay_seed=replay_seed,
     )
     summary.update(k_shot=k_shot, scenario=scenario, num_tasks=len(groups))
     return summary
@@ -282,13 +303,15 @@ def evaluate_pool_split(
     n_way: int = 2,
     device: torch.device | str = "cpu",
     query_batch: int = 2048,
+    replay: ContextReplay | None = None,
+    replay_seed: int = 0,
 ) -> dict[str, Any]:
     """Long-span split stream of ``num_tasks`` ``n_way``-way tasks with disjoint classes of ``pool``
     (:func:`fastweights.data.streams.pool_split_tasks`: classes fixed by ``seed``, the last
     ``n_query_per_class`` examples of each class as queries, run ``r``'s demonstrations drawn from the
     others) by :func:`evaluate_split_tasks`. The ACL paper's Split-Omniglot with 5/10/20 two-way tasks.
     Logits compared: the first ``n_way`` (domain-incremental) or ``n_way * num_tasks``
-    (class-incremental).
+    (class-incremental). ``replay``, ``replay_seed``: in-context replay, as in :func:`evaluate_split_tasks`.
 
     Returns:
         :func:`evaluate_split_tasks`'s dict plus ``dataset`` (``pool.name``), ``num_tasks``, ``scenario``,
@@ -319,6 +342,8 @@ def evaluate_pool_split(
         channels=pool.channels,
         device=device,
         query_batch=query_batch,
+        replay=replay,
+        replay_seed=replay_seed,
     )
     summary.update(dataset=pool.name, scenario=scenario, seed=seed, **kw)
     return summary

@@ -394,3 +394,41 @@ def test_train_with_a_bf16_backbone_says_which_path_runs(tmp_path, data_cache, c
     assert words in caplog.text
     records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert records and all(torch.isfinite(torch.tensor(r["train_loss"])) for r in records)
+
+
+def test_context_replay_trains_validates_and_is_recorded(tmp_path, data_cache):
+    """Meta-training with in-context replay (train.context_replay_per_class=5, mixed) runs, and an
+    evaluation-only arm (eval.context_replay_order=before) is recorded in results.json."""
+    run = tmp_path / "run"
+    # 4-way tasks: the smoke pools' 9 meta-validation classes hold two disjoint ones
+    overrides = ["train.max_steps=2", "train.val_every_steps=2", "train.val_episodes=2", "train.n_way=4"]
+    summary = acl.train(_cfg(data_cache, *overrides, "train.context_replay_per_class=5"), run)
+    assert summary["step"] == 2 and 0.0 <= summary["val_acc"] <= 1.0
+    evaluation = [
+        "eval.context_replay_order=before",
+        "eval.episodes=2",
+        "eval.n_way=4",
+        "eval.split_benchmarks=[digits]",
+    ]
+    results = acl.evaluate(run, overrides=evaluation)
+    assert results["run"]["context_replay"] == {
+        "train": {"per_class": 5, "order": "mixed"},
+        "eval": {"per_class": 5, "order": "before"},
+    }
+    assert results["forgetting"]["context_replay"] == {"per_class": 5, "order": "before"}
+    assert results["split"]["Split-Digits/domain"]["context_replay"] == {"per_class": 5, "order": "before"}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.context_replay_per_class=-1", "train.context_replay_per_class: expected an int >= 0, got -1"),
+        ("train.context_replay_order=after", "train.context_replay_order: expected one of"),
+        ("eval.context_replay_per_class=-1", "eval.context_replay_per_class: expected an int >= 0, got -1"),
+        ("eval.context_replay_order=after", "eval.context_replay_order: expected one of"),
+    ],
+)
+def test_context_replay_keys_are_checked_in_one_line(data_cache, override, message):
+    with pytest.raises(ValueError, match=message) as err:
+        _cfg(data_cache, override)
+    assert "\n" not in str(err.value)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastweights.cl.context_replay import ContextReplay, replay_generator, replay_record
 from fastweights.cl.objective import acl_loss
 from fastweights.cl.protocols import evaluate_task_pairs, evaluate_task_sequence
 from fastweights.cl.tasks import TaskSource
@@ -99,6 +100,11 @@ def selection_data(cfg: ACLConfig) -> str:
         )
     if not t.acl_loss:
         what += " (the score leaves out the backward-transfer terms: train.acl_loss false)"
+    if t.context_replay_per_class:
+        what += (
+            f", read with in-context replay ({t.context_replay_per_class} stored demonstrations per class, "
+            f"{t.context_replay_order})"
+        )
     return (
         f"meta-validation classes, {what} ({t.n_way}-way {t.k_shot}-shot; {t.val_episodes} fixed episodes); "
         "disjoint from every test benchmark's classes and concepts (fastweights.data.concepts)"
@@ -132,7 +138,12 @@ def _domain_pools(cfg: ACLConfig) -> list[dict[str, ClassPool]]:
 
 
 def _validate(
-    model: InContextClassifier, samplers: list[EpisodeSampler], t: ACLTrainConfig, episodes: int, device: Any
+    model: InContextClassifier,
+    samplers: list[EpisodeSampler],
+    t: ACLTrainConfig,
+    episodes: int,
+    device: Any,
+    replay: ContextReplay | None = None,
 ) -> dict[str, float]:
     """Meta-validation on the meta-val classes of the first two domains of ``data.sources``
     (``val_objective`` selects the best checkpoint; with a third domain, e.g. ``quick-3domain``, the
@@ -140,8 +151,9 @@ def _validate(
     Two domain-incremental tasks: the forgetting table of the two domains in both orders (one domain: A
     then B from it); otherwise ``train.num_tasks``-task sequences in the domain orders of training's first
     two steps, scored by the mean accuracy over all tasks after the last one (the reference's Split-MNIST
-    selection criterion, on meta-validation classes instead of MNIST training images)."""
-    common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device)
+    selection criterion, on meta-validation classes instead of MNIST training images). ``replay``: the
+    in-context replay of training (part of the learner, so checkpoints are selected like for like)."""
+    common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device, replay=replay)
     if t.num_tasks == 2 and t.scenario == "domain":
         two = len(samplers) > 1
         accs = evaluate_task_pairs(
@@ -330,11 +342,21 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         augment=t.augment,
     )
 
+    replay = cfg.train_replay()
+
     def step_fn(step: int) -> tuple[torch.Tensor, dict[str, Any]]:
         n_way, k_shot = source.stage(step)
         tasks = source.tasks(model, step, device)
+        # the "mixed" replay permutations of a step: their own stream, a function of (seed, step) only
+        generator = replay_generator(t.seed, step) if replay is not None else None
         loss, accs = acl_loss(
-            model, tasks, backward=t.acl_loss, first_shot=t.first_shot_loss, online_weight=t.online_weight
+            model,
+            tasks,
+            backward=t.acl_loss,
+            first_shot=t.first_shot_loss,
+            online_weight=t.online_weight,
+            replay=replay,
+            generator=generator,
         )
         return loss, {"n_way": n_way, "k_shot": k_shot, **{f"train_{i}|{j}": a for (i, j), a in accs.items()}}
 
@@ -342,7 +364,7 @@ def _fit(run: RecipeRun) -> dict[str, Any]:
         run,
         model,
         step_fn,
-        lambda: _validate(model, val_samplers, t, t.val_episodes, device),
+        lambda: _validate(model, val_samplers, t, t.val_episodes, device, replay),
         description="ACL meta-finetuning" if t.init_from else "ACL meta-training",
         postfix=("n_way", "k_shot"),
         selection=SELECTION,
@@ -380,6 +402,11 @@ def _measure(
             "acl_loss": cfg.train.acl_loss,
             "stage": _stage(cfg),
             "sources": [domain_name(p) for p in test_pools],
+            # in-context replay of meta-training/-validation and of this evaluation (per_class 0: off)
+            "context_replay": {
+                "train": replay_record(cfg.train_replay()),
+                "eval": replay_record(cfg.eval_replay()),
+            },
         },
         "fewshot": {
             "dataset": test_pools[0].name,

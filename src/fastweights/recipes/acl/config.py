@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from fastweights.checks import check_choice, check_choices, check_device, check_int, check_ints, check_real
+from fastweights.cl.context_replay import REPLAY_ORDERS, ContextReplay, context_replay
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.data.registry import CLASS_POOLS, FASHION_MNIST_DEBIAN, SPLIT_DATASETS, PoolConfig
 from fastweights.data.streams import SCENARIOS
@@ -93,10 +94,21 @@ class ACLTrainConfig(OptimConfig):
     #: per-task grayscale / low-resolution views of meta-training tasks (this library's domain
     #: randomisation; all 0 = off, the reference's setting)
     augment: TaskAugment = field(default_factory=TaskAugment)
+    #: in-context replay (this library's method, fastweights.cl.context_replay): every task i >= 1 of a
+    #: training (and meta-validation) sequence is read with the first ``context_replay_per_class``
+    #: demonstrations of each class of every earlier task (their support order; all of them when
+    #: >= k_shot) — the episodic memory of the replay baselines (Hsu et al. 2018; Chaudhry et al. 2019)
+    #: re-read in context; 0 = off (the ACL paper's setting)
+    context_replay_per_class: int = 0
+    #: "before": the stored demonstrations first, then the task's; "mixed": shuffled together (per step
+    #: from a stream seeded by train.seed and the step, so resuming continues it exactly)
+    context_replay_order: str = "mixed"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_ints(self, ("n_way", "k_shot", "n_query", "num_tasks"))
+        check_int("context_replay_per_class", self.context_replay_per_class, low=0)
+        check_choice("context_replay_order", self.context_replay_order, REPLAY_ORDERS)
         check_int("label_space", self.label_space, low=0)
         check_choice("scenario", self.scenario, SCENARIOS)
         check_choice("sequence_domains", self.sequence_domains, ("alternate", "single"))
@@ -127,6 +139,14 @@ class ACLEvalConfig:
     mini_datasets: list[str] = field(default_factory=lambda: list(MINI_DATASETS))  # their order = task order
     mini_demos_per_class: int = 50  # demonstration candidates per class: the first train images
     mini_query_per_class: int = 100  # queries per class: the first test images (fewer if a class has fewer)
+    #: in-context replay of the evaluation (forgetting pairs, split benchmarks, long-span and mini
+    #: sequences): stored demonstrations per class of every earlier task read with each later one (see
+    #: train.context_replay_per_class); null = train.context_replay_per_class (a model meta-trained with
+    #: replay is evaluated with it), 0 = off, > 0 also for a model trained without (an evaluation-only arm)
+    context_replay_per_class: int | None = None
+    #: "before" | "mixed" (see train.context_replay_order); null = train.context_replay_order; the
+    #: "mixed" permutations of split run r come from a stream seeded by eval.seed and r
+    context_replay_order: str | None = None
 
     def __post_init__(self) -> None:
         check_ints(
@@ -160,6 +180,10 @@ class ACLEvalConfig:
         check_int("seed", self.seed, low=0)
         check_choices("split_benchmarks", self.split_benchmarks, SPLIT_BENCHMARKS, nonempty=False)
         check_choices("scenarios", self.scenarios, SCENARIOS)
+        if self.context_replay_per_class is not None:
+            check_int("context_replay_per_class", self.context_replay_per_class, low=0)
+        if self.context_replay_order is not None:
+            check_choice("context_replay_order", self.context_replay_order, REPLAY_ORDERS)
 
 
 @dataclass
@@ -209,6 +233,20 @@ class ACLConfig:
                 "data.mnist_dir: expected the folder holding the MNIST IDX files for eval.split_benchmarks "
                 "'mnist' (Split-MNIST), got null"
             )
+
+    def train_replay(self) -> ContextReplay | None:
+        """The in-context replay of meta-training and meta-validation (``train.context_replay_*``;
+        ``None``: off)."""
+        return context_replay(self.train.context_replay_per_class, self.train.context_replay_order)
+
+    def eval_replay(self) -> ContextReplay | None:
+        """The in-context replay of the evaluation: ``eval.context_replay_*``, each ``null`` taken from
+        ``train.context_replay_*`` (``None``: off)."""
+        e, t = self.eval, self.train
+        per_class = e.context_replay_per_class
+        per_class = t.context_replay_per_class if per_class is None else per_class
+        order = t.context_replay_order if e.context_replay_order is None else e.context_replay_order
+        return context_replay(per_class, order)
 
     def _check_backbone(self) -> None:
         """A frozen encoder learns on cached features: no pixel-level options, no image split benchmarks;

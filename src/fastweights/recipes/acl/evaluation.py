@@ -8,6 +8,10 @@
   Split-MNIST (user folder) and Split-Emoji (held-out subgroups).
 - :func:`long_span_results`: long-span domain-incremental Split-FontGlyphs (5/10/20 two-way tasks of
   held-out classes; the paper's Split-Omniglot experiment).
+
+Every sequence is read with the evaluation's in-context replay, ``cfg.eval_replay()``
+(``eval.context_replay_*``, by default those of training; :mod:`fastweights.cl.context_replay`), and
+each section records it (``context_replay``: ``{"per_class", "order"}``, per_class 0 = off).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 import fastweights
+from fastweights.cl.context_replay import replay_record
 from fastweights.cl.protocols import evaluate_task_pairs, summarize_task_pairs
 from fastweights.cl.split_protocol import evaluate_pool_split, evaluate_split_benchmark
 from fastweights.data.episodes import EpisodeSampler
@@ -80,6 +85,7 @@ def forgetting_pairs(
     orders, mean ± 95% CI. ``table``/``task_a``/``task_b`` repeat the first pair (the single-domain
     layout of older results)."""
     e = cfg.eval
+    replay = cfg.eval_replay()
     pairs = domain_pairs(len(pools))
     out = []
     with tqdm(
@@ -98,6 +104,7 @@ def forgetting_pairs(
                 seed=e.seed,
                 device=device,
                 progress=bar.update,
+                replay=replay,
             )
             table = summarize_task_pairs(accs)
             out.append({"task_a": domain_name(pools[i]), "task_b": domain_name(pools[j]), "table": table})
@@ -110,6 +117,7 @@ def forgetting_pairs(
         "task_a": first["task_a"],
         "task_b": first["task_b"],
         "pairs": out,
+        "context_replay": replay_record(replay),
     }
 
 
@@ -188,13 +196,20 @@ def split_results(
     ``eval.scenarios`` (see :func:`_variants`), each over ``eval.split_runs`` demonstration draws of
     ``eval.split_k_shot`` images per class. Split-Emoji: the first 10 classes of a fixed permutation of
     the held-out EmojiImages subgroups, the last ``eval.split_query_per_class`` examples of each class as
-    queries."""
+    queries. Each summary records the in-context replay it was read with (``context_replay``)."""
     e = cfg.eval
     out: dict[str, Any] = {}
     for name, data in benchmarks.items():
         for suffix, scenario, tasks in _variants(e.scenarios, model.num_classes):
             log.info("evaluating %s/%s", name, suffix)
-            common = dict(k_shot=e.split_k_shot, runs=e.split_runs, scenario=scenario, device=device)
+            common = dict(
+                k_shot=e.split_k_shot,
+                runs=e.split_runs,
+                scenario=scenario,
+                device=device,
+                replay=cfg.eval_replay(),
+                replay_seed=e.seed,
+            )
             if isinstance(data, ClassPool):
                 res = evaluate_pool_split(
                     model,
@@ -257,6 +272,8 @@ def long_span_results(
             n_query_per_class=e.split_query_per_class,
             seed=e.seed,
             device=device,
+            replay=cfg.eval_replay(),
+            replay_seed=e.seed,
         )
     return {
         "dataset": pool.name,
@@ -265,4 +282,5 @@ def long_span_results(
         "runs": e.split_runs,
         "scenario": "domain",
         "tasks": tasks,
+        "context_replay": replay_record(cfg.eval_replay()),
     }

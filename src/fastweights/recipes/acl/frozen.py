@@ -245,7 +245,16 @@ def mini_results(
 
         n_out = MINI_WAYS * len(tasks)
         acl = evaluate_split_tasks(
-            model, stream, runs=e.split_runs, n_out=n_out, mean=0.0, std=1.0, channels=0, device=device
+            model,
+            stream,
+            runs=e.split_runs,
+            n_out=n_out,
+            mean=0.0,
+            std=1.0,
+            channels=0,
+            device=device,
+            replay=cfg.eval_replay(),  # the evaluation's in-context replay (recorded in acl.context_replay)
+            replay_seed=e.seed,
         )
         acl["alone"] = evaluate_tasks_alone(
             model, stream, runs=e.split_runs, mean=0.0, std=1.0, channels=0, device=device
