@@ -273,7 +273,7 @@ CASES = [
             "eval.split_query_per_class=2",
             "eval.split_benchmarks=[]",
         ],
-        r"eval\.long_span_tasks: 500 tasks: .*20 classes of pool .FontGlyphs/test",
+        r"eval\.long_span_tasks: 500 tasks: .*24 classes of pool .FontGlyphs/test",
     ),
     Case(
         "acl-init_from-not-a-checkpoint-dict",
