@@ -15,6 +15,7 @@ from fastweights.config import (
     config_to_yaml,
     load_config,
     load_run_config,
+    preset_description,
     preset_path,
 )
 from fastweights.recipes.acl.config import ACLConfig
@@ -80,8 +81,15 @@ def test_overrides_are_typed_and_validated():
     assert (cfg.train.lr, cfg.model.d_model, cfg.train.acl_loss) == (0.01, 64, False)
     cfg = apply_overrides(cfg, ["train.curriculum=[{until_step: 5, n_way: 2, k_shot: 1}]"])
     assert cfg.train.curriculum == [CurriculumStage(5, 2, 1)]
-    with pytest.raises(ValueError, match=r"^config: train\.nope: Key 'nope' not in 'ACLTrainConfig'$"):
+    unknown = (
+        r"^config: train\.nope: Key 'nope' not in 'ACLTrainConfig'; expected one of \['max_steps', [^\n]*\]$"
+    )
+    with pytest.raises(ValueError, match=unknown):
         load_config(ACLConfig, None, ["train.nope=1"])
+    with pytest.raises(
+        ValueError, match=r"^config: train\.max_step: [^;\n]*Did you mean one of: 'max_steps'"
+    ):
+        load_config(ACLConfig, None, ["train.max_step=1"])  # OmegaConf's own hint: no key list after it
     with pytest.raises(ValueError, match=r"^config: model\.d_model: Value 'abc'[^\n]*Integer$"):
         load_config(ACLConfig, None, ["model.d_model=abc"])
     with pytest.raises(ValueError, match="key=value"):
@@ -183,3 +191,25 @@ def test_cli_reports_preset_errors_on_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert re.match(rf"^fastweights: error: {message}", err) and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
+
+
+# --- the presets' descriptions ----------------
+
+
+def test_preset_description_is_the_first_sentence_of_the_preset_comment(tmp_path, monkeypatch):
+    assert (
+        preset_description("acl", "smoke") == "End-to-end smoke test: tiny glyph set, tiny model, a few steps"
+    )
+    assert preset_description("acl", "paper") == "The reference 2-task meta-training, for a GPU"  # before ":"
+    (tmp_path / "demo").mkdir()
+    monkeypatch.setattr("fastweights.config.CONFIG_DIR", tmp_path)
+    for text, expected in [
+        ("# One line (Irie et al. 2022, e.g. §4). Second sentence.\nname: x\n", "One line"),
+        ("# Runs fast; more detail\n# on two lines.\n", "Runs fast"),
+        ("name: x\n# not a leading comment\n", ""),
+        ("# " + "word " * 40 + "\n", ("word " * 19).strip() + " …"),
+    ]:
+        (tmp_path / "demo" / "p.yaml").write_text(text)
+        assert preset_description("demo", "p") == expected
+    with pytest.raises(FileNotFoundError, match="unknown preset 'q'"):
+        preset_description("demo", "q")

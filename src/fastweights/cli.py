@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="fastweights", description="Learned learning algorithms: recipes.")
     p.add_argument(
+        "--version", action="version", version=f"fastweights {_version()}", help="print the version and exit"
+    )
+    p.add_argument(
         "--trust-pickle",
         action="store_true",
         help="read checkpoints of earlier versions that hold pickled Python objects (their loading can run "
@@ -69,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in RECIPES:
         what, preset, example = _RECIPE_HELP[name]
         verbs[name] = _add_recipe(recipes, name, what, compare_example=example, preset=preset)
+        _add_config(verbs[name], name, preset)
         _add_export(
             verbs[name], _EXPORT_HELP.get(name, "slim copy of a run (model weights + config) for sharing")
         )
@@ -200,14 +205,15 @@ def _add_cl_baselines(recipes: argparse._SubParsersAction) -> None:
     cb = recipes.add_parser(
         "cl-baselines",
         help="classic continual-learning baselines (EWC, SI, replay, …) vs ACL on split benchmarks",
+        **_presets_help("cl-baselines"),
     )
     verbs = cb.add_subparsers(dest="verb", required=True)
-    ru = verbs.add_parser("run", help="train and evaluate the baselines (cells/, results.json, report.md)")
-    ru.add_argument(
-        "--preset",
-        default="quick",
-        help="preset name (fastweights/configs/cl_baselines/NAME.yaml) or a .yaml path (default: quick)",
+    ru = verbs.add_parser(
+        "run",
+        help="train and evaluate the baselines (cells/, results.json, report.md)",
+        **_presets_help("cl-baselines"),
     )
+    _add_preset(ru, "cl-baselines", "quick")
     ru.add_argument(
         "--run-dir", type=Path, default=None, help="output folder (default runs/cl-baselines-<preset>)"
     )
@@ -231,12 +237,16 @@ def _add_cl_baselines(recipes: argparse._SubParsersAction) -> None:
     )
     co.add_argument("--out", type=Path, required=True, help="output folder (comparison.md, plots/)")
     _add_force(co, "write into an --out folder that holds other files")
+    _add_config(verbs, "cl-baselines", "quick")
 
 
 def _run_cl_baselines(args: argparse.Namespace) -> None:
     from fastweights.config import load_config, preset_path
     from fastweights.recipes.run import command_line
 
+    if args.verb == "config":
+        _print_config("cl-baselines", args.preset, args.overrides)
+        return
     if args.verb == "compare":
         from fastweights.recipes.cl_baselines.compare import compare
 
@@ -261,12 +271,10 @@ def _run_cl_baselines(args: argparse.Namespace) -> None:
 
 def _add_train_eval(verbs: argparse._SubParsersAction, name: str, preset: str, *, eval_example: str) -> None:
     """The ``train`` and ``eval`` verbs every recipe has (same contract for all recipes)."""
-    tr = verbs.add_parser("train", help="train a model (writes config, metrics, checkpoints)")
-    tr.add_argument(
-        "--preset",
-        default=preset,
-        help=f"preset name (fastweights/configs/{name}/NAME.yaml) or a .yaml path (default: {preset})",
+    tr = verbs.add_parser(
+        "train", help="train a model (writes config, metrics, checkpoints)", **_presets_help(name)
     )
+    _add_preset(tr, name, preset)
     tr.add_argument(
         "--run-dir", type=Path, default=None, help=f"output folder (default runs/{name}-<preset>)"
     )
@@ -299,6 +307,73 @@ def _add_force(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--force", action="store_true", help=what)
 
 
+def _version() -> str:
+    """The installed package's version (``importlib.metadata``), else ``fastweights.__version__`` (a
+    source tree used without installing it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("fastweights")
+    except metadata.PackageNotFoundError:
+        import fastweights
+
+        return fastweights.__version__
+
+
+def _add_preset(parser: argparse.ArgumentParser, name: str, default: str) -> None:
+    """The ``--preset`` option of a verb of recipe ``name`` (its presets are listed by ``--help``)."""
+    from fastweights.recipes.contract import PRESET_FOLDERS
+
+    parser.add_argument(
+        "--preset",
+        default=default,
+        help=f"preset name (fastweights/configs/{PRESET_FOLDERS[name]}/NAME.yaml, listed below) or a .yaml "
+        f"path (default: {default})",
+    )
+
+
+@functools.cache
+def _presets_help(name: str) -> dict[str, Any]:
+    """``add_parser`` keywords that end a ``--help`` with the presets of recipe ``name``, one line each
+    (the first sentence of the comment each preset file starts with)."""
+    from fastweights.config import available_presets, preset_description
+    from fastweights.recipes.contract import PRESET_FOLDERS
+
+    folder = PRESET_FOLDERS[name]
+    presets = available_presets(folder)
+    width = max(map(len, presets))
+    lines = [f"  {p:<{width}}  {preset_description(folder, p)}" for p in presets]
+    head = f"presets (--preset NAME; `fastweights {name} config --preset NAME` shows its values):"
+    return {"epilog": "\n".join([head, *lines]), "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def _add_config(verbs: argparse._SubParsersAction, name: str, preset: str) -> None:
+    """The ``config`` verb of recipe ``name``: the resolved config as YAML (:func:`_print_config`)."""
+    co = verbs.add_parser(
+        "config",
+        help="print the resolved config (preset + overrides, validated as for a run) as YAML",
+        **_presets_help(name),
+    )
+    _add_preset(co, name, preset)
+    co.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.seed=2")
+
+
+def _print_config(name: str, preset: str, overrides: list[str]) -> None:
+    """Print the config of recipe ``name`` that ``--preset preset`` and ``overrides`` give, as YAML: loaded
+    and validated as a run loads it (:func:`fastweights.config.load_config`), written as the run folder's
+    ``config.yaml`` is written, so the output is itself a valid ``--preset FILE.yaml``.
+
+    Raises:
+        FileNotFoundError: an unknown preset or a missing YAML file.
+        ValueError: one line naming the key for an unknown key or a value the config refuses.
+    """
+    from fastweights.config import config_to_yaml, load_config, preset_path
+    from fastweights.recipes.contract import PRESET_FOLDERS, config_class
+
+    cfg = load_config(config_class(name), preset_path(PRESET_FOLDERS[name], preset), overrides)
+    sys.stdout.write(config_to_yaml(cfg))
+
+
 def _add_recipe(
     recipes: argparse._SubParsersAction,
     name: str,
@@ -307,12 +382,13 @@ def _add_recipe(
     compare_example: str = "srwm,deltanet,lstm",
     preset: str = "quick",
 ) -> argparse._SubParsersAction:
-    rp = recipes.add_parser(name, help=what)
+    rp = recipes.add_parser(name, help=what, **_presets_help(name))
     verbs = rp.add_subparsers(dest="verb", required=True)
     _add_train_eval(verbs, name, preset, eval_example=_EVAL_EXAMPLE.get(name, "eval.episodes=200"))
     co = verbs.add_parser(
         "compare",
         help="train + evaluate one run per sequence layer (or per value of a key); one table + plot",
+        **_presets_help(name),
     )
     which = co.add_mutually_exclusive_group(required=True)
     which.add_argument(
@@ -333,11 +409,7 @@ def _add_recipe(
         help=f"one run per preset, with the same overrides, e.g. {_COMPARE_EXAMPLES[name][1]} "
         "(folders: preset names)",
     )
-    co.add_argument(
-        "--preset",
-        default=preset,
-        help=f"preset name (fastweights/configs/{name}/NAME.yaml) or a .yaml path (default: {preset})",
-    )
+    _add_preset(co, name, preset)
     co.add_argument(
         "--seeds",
         default=None,
@@ -396,6 +468,8 @@ def _run_recipe(args: argparse.Namespace) -> None:
         print(f"exported {path}{size}")
     elif args.verb in ("train", "eval"):
         _train_or_eval(args, module)
+    elif args.verb == "config":
+        _print_config(args.recipe, args.preset, args.overrides)
     else:
         path = preset_path(args.recipe, args.preset)
         root = args.run_root or Path("runs") / f"{args.recipe}-compare-{path.stem}"

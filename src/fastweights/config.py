@@ -6,8 +6,11 @@ located with :mod:`importlib.resources`), so a non-editable install finds them f
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import sys
-from collections.abc import Mapping, MutableMapping
+import textwrap
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import is_dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,12 +18,13 @@ from typing import Any, TypeVar, overload
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 __all__ = [
     "CONFIG_DIR",
     "available_presets",
     "preset_path",
+    "preset_description",
     "load_config",
     "apply_overrides",
     "config_to_yaml",
@@ -76,6 +80,59 @@ def preset_path(recipe: str, preset: str) -> Path:
     return path
 
 
+# words whose final period does not end a sentence ("Irie et al. 2022", "e.g. Omniglot")
+_ABBREVIATIONS = ("al", "cf", "e.g", "etc", "i.e", "incl", "vs")
+
+
+def _at_depth_zero(text: str, stop: Callable[[str, int], bool]) -> int:
+    """Index of the first character outside brackets for which ``stop(text, index)`` holds (``len(text)``
+    if there is none)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif depth == 0 and stop(text, i):
+            return i
+    return len(text)
+
+
+def _sentence_end(text: str, i: int) -> bool:
+    if text[i] != "." or text[i + 1 : i + 2] not in ("", " "):
+        return False
+    return text[:i].rsplit(" ", 1)[-1].lower() not in _ABBREVIATIONS
+
+
+def preset_description(recipe: str, preset: str, width: int = 100) -> str:
+    """One line (at most ``width`` characters) describing a shipped preset, from the comment its YAML file
+    starts with: the first sentence, without its parentheses and anything after a ``;``; still too long,
+    the part before its first ``:`` when that says enough (30 characters or more), else the sentence
+    shortened at a word with ``…``. ``""`` for a file that starts with no comment.
+
+    Raises:
+        FileNotFoundError: an unknown preset (as :func:`preset_path`).
+    """
+    lines = []
+    for line in preset_path(recipe, preset).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    text = " ".join(part for part in lines if part)
+    text = text[: _at_depth_zero(text, _sentence_end)]
+    text = text[: _at_depth_zero(text, lambda t, i: t[i] == ";")]
+    while True:  # innermost parentheses first
+        shorter = re.sub(r"\s*\([^()]*\)", "", text)
+        if shorter == text:
+            break
+        text = shorter
+    text = " ".join(text.split()).rstrip(",.")
+    if len(text) > width:
+        head = text[: _at_depth_zero(text, lambda t, i: t[i : i + 2] == ": ")]
+        text = head if 30 <= len(head) <= width else textwrap.shorten(text, width, placeholder=" …")
+    return text
+
+
 def _key_line(node: yaml.Node | None, dotted_key: str) -> int | None:
     """1-based line of ``dotted_key`` (``a.b.c``) in a composed YAML tree, or ``None`` if absent."""
     for part in dotted_key.split("."):
@@ -88,11 +145,24 @@ def _key_line(node: yaml.Node | None, dotted_key: str) -> int | None:
     return key_node.start_mark.line + 1
 
 
+def _unknown_key_hint(err: OmegaConfBaseException) -> str:
+    """The keys an unknown key of a config section could have been (``; expected one of [...]``), for an
+    unknown key that OmegaConf found no close match for; ``""`` for any other error."""
+    section, key = getattr(err, "object_type", None), getattr(err, "key", None)
+    if not (isinstance(err, ConfigKeyError) and isinstance(section, type) and is_dataclass(section)):
+        return ""
+    names = [f.name for f in dataclasses.fields(section)]
+    if not isinstance(key, str) or key in names or "did you mean" in str(err).lower():
+        return ""
+    return f"; expected one of {names}"
+
+
 def _config_error(err: OmegaConfBaseException, where: str = "config") -> ValueError:
     """One-line ``ValueError`` from an OmegaConf error (whose message spans several lines)."""
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     if "is not a ListConfig" in first:  # a scalar given for a list field ("AnyNode is not a ListConfig")
         first = f"expected a list, got {getattr(err, 'value', None)!r}"
+    first += _unknown_key_hint(err)
     key = getattr(err, "full_key", None)
     return ValueError(f"{where}: {key}: {first}" if key else f"{where}: {first}")
 

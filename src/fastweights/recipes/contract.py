@@ -19,7 +19,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Recipe", "RECIPES", "RECIPE_MEMBERS", "Selection", "get_recipe", "eval_command"]
+__all__ = [
+    "Recipe",
+    "RECIPES",
+    "RECIPE_MEMBERS",
+    "PRESET_FOLDERS",
+    "Selection",
+    "get_recipe",
+    "config_class",
+    "eval_command",
+]
 
 # the names every recipe module defines (its ``__all__`` starts with them)
 RECIPE_MEMBERS = [
@@ -46,6 +55,9 @@ RECIPES: dict[str, str] = {
     "lm": "fastweights.recipes.lm",
     "rl": "fastweights.recipes.rl",
 }
+# every command-line recipe with presets -> their folder in fastweights/configs/: the registered recipes
+# and cl-baselines (a runner of classic baselines with `run` and `compare`, not a recipe of this contract)
+PRESET_FOLDERS: dict[str, str] = {**{name: name for name in RECIPES}, "cl-baselines": "cl_baselines"}
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,21 @@ def get_recipe(name: str) -> Recipe:
     if name not in RECIPES:
         raise ValueError(f"recipe: expected one of {list(RECIPES)}, got {name!r}")
     return importlib.import_module(RECIPES[name])  # type: ignore[return-value]
+
+
+def config_class(name: str) -> type:
+    """The config dataclass of the command-line recipe ``name`` (a key of :data:`PRESET_FOLDERS`): a
+    registered recipe's ``CONFIG``, or cl-baselines' ``BaselinesConfig``.
+
+    Raises:
+        ValueError: for a name without presets.
+    """
+    if name not in PRESET_FOLDERS:
+        raise ValueError(f"recipe: expected one of {list(PRESET_FOLDERS)}, got {name!r}")
+    if name == "cl-baselines":
+        baselines = importlib.import_module("fastweights.recipes.cl_baselines.config")
+        return baselines.BaselinesConfig  # type: ignore[no-any-return]
+    return get_recipe(name).CONFIG
 
 
 def eval_command(
