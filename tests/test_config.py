@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import importlib.util
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -9,9 +11,11 @@ import fastweights
 from fastweights.cl.tasks import CurriculumStage
 from fastweights.config import (
     CONFIG_DIR,
+    ConfigKey,
     apply_overrides,
     available_presets,
     config_from_yaml,
+    config_sections,
     config_to_yaml,
     load_config,
     load_run_config,
@@ -193,14 +197,75 @@ def test_cli_reports_preset_errors_on_one_line(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-# --- the presets' descriptions ----------------
+# --- what the keys mean: preset descriptions, config_sections and the generated reference ---------------
+
+
+@dataclass
+class _Inner:
+    """An inner section.
+
+    Raises:
+        ValueError: never shown in the reference.
+    """
+
+    depth: int = 3  # how deep
+
+
+@dataclass
+class _Item:
+    until: int = 0
+
+
+@dataclass
+class _Outer:
+    #: the name, documented
+    #: on two lines
+    name: str = "outer"
+    sizes: list[int] = field(
+        default_factory=lambda: [1, 2]  # a comment inside the field's lines
+    )
+    optional: str | None = None
+    # the inner section: a comment on a section field
+    inner: _Inner = field(default_factory=lambda: _Inner(depth=5))
+    items: list[_Item] = field(default_factory=list)
+    pair: tuple[float, float] = (0.5, 1e-9)
+
+
+def test_config_sections_list_every_key_with_type_default_and_comments():
+    sections = config_sections(_Outer)
+    assert [s.key for s in sections] == ["", "inner", "items[]"]
+    top, inner, items = sections
+    assert top.keys == (
+        ConfigKey("name", "str", "outer", "the name, documented on two lines"),
+        ConfigKey("sizes", "list[int]", "[1, 2]", "a comment inside the field's lines"),
+        ConfigKey("optional", "str | None", "null", ""),
+        ConfigKey("items", "list[_Item]", "[]", ""),
+        ConfigKey("pair", "tuple[float, float]", "[0.5, 1.0e-09]", ""),
+    )
+    assert inner.doc == "The inner section: a comment on a section field\n\nAn inner section."
+    assert inner.keys == (ConfigKey("inner.depth", "int", "5", "how deep"),)  # the section's own default
+    assert items.keys == (ConfigKey("items[].until", "int", "0", ""),)
+    with pytest.raises(TypeError, match="cls: expected a dataclass type"):
+        config_sections(_Outer())  # type: ignore[arg-type]
+
+
+def test_subclass_keeps_the_comments_of_the_fields_it_inherits():
+    from fastweights.recipes.acl.config import ACLTrainConfig
+
+    @dataclass
+    class Train(ACLTrainConfig):
+        max_steps: int = 5
+
+    keys = {k.key: k for s in config_sections(Train) for k in s.keys}
+    assert keys["max_steps"] == ConfigKey("max_steps", "int", "5", "optimiser steps")
+    assert keys["acl_loss"].doc == "False: the no-ACL ablation (no backward-transfer terms)"
 
 
 def test_preset_description_is_the_first_sentence_of_the_preset_comment(tmp_path, monkeypatch):
     assert (
         preset_description("acl", "smoke") == "End-to-end smoke test: tiny glyph set, tiny model, a few steps"
     )
-    assert preset_description("acl", "paper") == "The reference 2-task meta-training, for a GPU"  # before ":"
+    assert preset_description("acl", "paper") == "The reference 2-task meta-training, for a GPU"  # cut at ":"
     (tmp_path / "demo").mkdir()
     monkeypatch.setattr("fastweights.config.CONFIG_DIR", tmp_path)
     for text, expected in [
@@ -213,3 +278,23 @@ def test_preset_description_is_the_first_sentence_of_the_preset_comment(tmp_path
         assert preset_description("demo", "p") == expected
     with pytest.raises(FileNotFoundError, match="unknown preset 'q'"):
         preset_description("demo", "q")
+
+
+def test_config_reference_docs_are_current():
+    """docs/config/<recipe>.md is what scripts/config_reference.py writes for the current configs."""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "config_reference", root / "scripts" / "config_reference.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    expected = script.references()
+    folder = root / "docs" / "config"
+    regenerate = f"regenerate with: {script.COMMAND}"
+    assert sorted(p.name for p in folder.glob("*.md")) == sorted(expected), regenerate
+    for name, text in expected.items():
+        assert (folder / name).read_text(encoding="utf-8") == text, (
+            f"docs/config/{name} is stale; {regenerate}"
+        )
+    assert "| `train.acl_loss` | `bool` | `true` | False: the no-ACL ablation" in expected["acl.md"]
+    assert "| `model.core` | `str` | `srwm` |" in expected["rl.md"]

@@ -6,15 +6,19 @@ located with :mod:`importlib.resources`), so a non-editable install finds them f
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import io
 import re
 import sys
 import textwrap
+import tokenize
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import is_dataclass
+from dataclasses import dataclass, is_dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, get_args, get_type_hints, overload
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -25,6 +29,9 @@ __all__ = [
     "available_presets",
     "preset_path",
     "preset_description",
+    "ConfigKey",
+    "ConfigSection",
+    "config_sections",
     "load_config",
     "apply_overrides",
     "config_to_yaml",
@@ -499,3 +506,173 @@ def load_run_config(cls: type[T], path: Path) -> T:
         line = _line(node, str(getattr(err, "full_key", "") or ""), renames)
         raise _config_error(err, f"config: {path}" + (f": line {line}" if line else "")) from err
     return _to_object(merged, f"config: {path}: ")  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One key of a config: its dotted ``key``, ``type`` as the dataclass annotates it, ``default`` as YAML
+    flow text (``"required"`` for a field without one) and ``doc`` (the field's comments)."""
+
+    key: str
+    type: str
+    default: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class ConfigSection:
+    """The keys of one config section: its dotted ``key`` (``""``: the top level; ``train.curriculum[]``:
+    the fields of each item of a list of sections), the ``doc`` of its dataclass and its ``keys`` (the
+    fields that are not sections themselves)."""
+
+    key: str
+    doc: str
+    keys: tuple[ConfigKey, ...]
+
+
+# a docstring section that says how the class is used, not what its fields mean
+_DOC_SECTION = re.compile(r"^(Args|Arguments|Attributes|Raises|Returns|Examples?|Notes?):\s*$")
+
+
+def _markdown(text: str) -> str:
+    """reST inline markup as Markdown: ``:class:`~a.B``` → `` `B` ``, ``:func:`a.b``` → `` `a.b` ``,
+    ````x```` → `` `x` ``."""
+    text = re.sub(r":\w+:`~(?:[\w.]+\.)?(\w+)`", r"`\1`", text)
+    text = re.sub(r":\w+:`([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
+def _class_doc(cls: type) -> str:
+    """The docstring of ``cls`` (or of its nearest dataclass base that has one: the generated signature
+    of a dataclass without one is skipped) up to its first ``Raises:``-style section, paragraphs joined
+    into lines, as Markdown."""
+    for klass in cls.__mro__:
+        doc = klass.__dict__.get("__doc__") if is_dataclass(klass) else None
+        if doc and not doc.startswith(f"{klass.__name__}("):
+            lines = inspect.cleandoc(doc).splitlines()
+            cut = next((i for i, line in enumerate(lines) if _DOC_SECTION.match(line)), len(lines))
+            paragraphs = "\n".join(lines[:cut]).strip().split("\n\n")
+            return "\n\n".join(_markdown(" ".join(p.split())) for p in paragraphs)
+    return ""
+
+
+def _comment_text(comment: str) -> str:
+    text = comment.strip()[1:]
+    return (text[1:] if text.startswith(":") else text).strip()
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """Field name → the comments that document it in the source of ``cls`` and its dataclass bases: the
+    comment lines right above the field (``#:`` or ``#``) and the comments on its own lines. A subclass's
+    comments replace its base's for the fields it redefines."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):  # no source (e.g. a class made at run time)
+            continue
+        lines = source.splitlines()
+        comments = {
+            tok.start[0]: tok.string
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT
+        }
+        body = next(node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)).body
+        for node in body:
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            above: list[str] = []
+            line = node.lineno - 1
+            while line >= 1 and lines[line - 1].lstrip().startswith("#"):
+                above.insert(0, _comment_text(lines[line - 1]))
+                line -= 1
+            own = [
+                _comment_text(comments[n])
+                for n in range(node.lineno, (node.end_lineno or 0) + 1)
+                if n in comments
+            ]
+            text = " ".join(part for part in above + own if part)
+            if text:
+                docs[node.target.id] = _markdown(text)
+    return docs
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain YAML data: dataclasses as mappings, tuples as lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _flow(value: Any) -> str:
+    """``value`` as one line of YAML (flow style): ``auto``, ``null``, ``[digits, fashion_mnist]``."""
+    text = yaml.safe_dump(
+        _plain(value), default_flow_style=True, width=10**9, allow_unicode=True, sort_keys=False
+    )
+    return text.strip().removesuffix("...").strip()
+
+
+def _annotation(field: dataclasses.Field[Any]) -> str:
+    return field.type if isinstance(field.type, str) else inspect.formatannotation(field.type)
+
+
+def _item_class(cls: type, name: str) -> type | None:
+    """The dataclass of the items of the list field ``name`` of ``cls`` (``list[CurriculumStage]``), or
+    ``None``."""
+    try:
+        hint = get_type_hints(cls)[name]
+    except Exception:  # an annotation that does not resolve at run time: no item section
+        return None
+    args = get_args(hint)
+    return args[0] if len(args) == 1 and is_dataclass(args[0]) else None
+
+
+def _field_default(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def config_sections(cls: type) -> list[ConfigSection]:
+    """Every key of the config dataclass ``cls``, section by section (the top level first, then each
+    section in field order, its subsections after it), with the defaults of ``cls()`` (so a section's
+    own default, such as sequential's ``domain_b``, is the one shown) and the comments of the source (a
+    section's doc: the comments on its field, then its class's docstring).
+
+    Raises:
+        TypeError: ``cls`` is not a dataclass type.
+    """
+    if not (isinstance(cls, type) and is_dataclass(cls)):
+        raise TypeError(f"cls: expected a dataclass type, got {cls!r}")
+    out: list[ConfigSection] = []
+
+    def visit(klass: type, values: Any, path: str, lead: str) -> None:
+        docs = _field_comments(klass)
+        keys, below = [], []
+        for f in dataclasses.fields(klass):
+            key = f"{path}.{f.name}" if path else f.name
+            doc = docs.get(f.name, "")
+            value = getattr(values, f.name) if values is not None else _field_default(f)
+            if is_dataclass(value) and not isinstance(value, type):
+                below.append((type(value), value, key, doc))
+                continue
+            default = "required" if value is dataclasses.MISSING else _flow(value)
+            keys.append(ConfigKey(key, _annotation(f), default, doc))
+            item = _item_class(klass, f.name)
+            if item is not None:
+                below.append((item, None, f"{key}[]", ""))
+        doc = "\n\n".join(part for part in (lead[:1].upper() + lead[1:], _class_doc(klass)) if part)
+        out.append(ConfigSection(path, doc, tuple(keys)))
+        for sub, value, key, sub_lead in below:
+            visit(sub, value, key, sub_lead)
+
+    visit(cls, cls(), "", "")
+    return out
