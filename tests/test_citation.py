@@ -1,5 +1,5 @@
 """CITATION.cff is Citation File Format 1.2.0 with the three papers the library implements as references,
-and agrees with pyproject.toml and LICENSE."""
+and agrees with pyproject.toml, LICENSE and the README."""
 
 from __future__ import annotations
 
@@ -60,6 +60,8 @@ def test_citation_references_each_paper_with_its_code(title):
     assert ref["url"] == f"https://arxiv.org/abs/{arxiv}"
     assert {"type": "other", "value": f"arXiv:{arxiv}", "description": "arXiv preprint"} in ref["identifiers"]
     assert ref["repository-code"] == code
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert title in readme and f"https://arxiv.org/abs/{arxiv}" in readme and code in readme
 
 
 def test_citation_lists_only_those_papers():
