@@ -11,7 +11,15 @@ import pytest
 from fastweights.cli import main
 from fastweights.config import load_config, preset_path
 from fastweights.recipes.compare import parse_vary, variants
-from fastweights.recipes.contract import RECIPE_MEMBERS, RECIPES, Recipe, eval_command, get_recipe
+from fastweights.recipes.contract import (
+    PRESET_FOLDERS,
+    RECIPE_MEMBERS,
+    RECIPES,
+    Recipe,
+    config_class,
+    eval_command,
+    get_recipe,
+)
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -42,6 +50,20 @@ def test_every_registered_recipe_satisfies_the_contract(name):
 def test_unknown_recipe_is_named():
     with pytest.raises(ValueError, match="recipe: expected one of"):
         get_recipe("ppo")
+    with pytest.raises(ValueError, match=r"recipe: expected one of \['acl', .*'cl-baselines'\], got 'ppo'"):
+        config_class("ppo")
+
+
+def test_every_command_with_presets_has_its_config_class():
+    from fastweights.recipes.cl_baselines.config import BaselinesConfig
+
+    assert set(PRESET_FOLDERS) == {*RECIPES, "cl-baselines"}
+    assert config_class("cl-baselines") is BaselinesConfig
+    for name, folder in PRESET_FOLDERS.items():
+        cfg = load_config(config_class(name), preset_path(folder, "smoke"))
+        assert cfg.name == "smoke"
+        if name in RECIPES:
+            assert config_class(name) is get_recipe(name).CONFIG
 
 
 def test_eval_command_is_a_runnable_eval_line(tmp_path):
