@@ -355,7 +355,8 @@ def _add_config(verbs: argparse._SubParsersAction, name: str, preset: str) -> No
         **_presets_help(name),
     )
     _add_preset(co, name, preset)
-    co.add_argument("overrides", nargs="*", help="key=value config overrides, e.g. train.seed=2")
+    example = "runs=3" if name == "cl-baselines" else "train.seed=2"  # cl-baselines has no train.seed
+    co.add_argument("overrides", nargs="*", help=f"key=value config overrides, e.g. {example}")
 
 
 def _print_config(name: str, preset: str, overrides: list[str]) -> None:
