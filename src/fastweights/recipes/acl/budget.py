@@ -343,7 +343,7 @@ def _markdown(table: dict[str, Any], benches: list[str], command: str | None) ->
             for setting, cells in by_setting.items()
         ]
         lines += [f"## {_title(metric)}", "", *md_table(header, rows), ""]
-    lines += ["## Plots", "", *[f"![{b}](plots/{_plot_name(b)})" for b in benches], ""]
+    lines += ["## Plots", "", *[f"![{b}]({_plot_path(b)})" for b in benches], ""]
     return "\n".join(lines)
 
 
@@ -354,8 +354,11 @@ def _title(metric: str) -> str:
     return f"{bench}, {_SCENARIOS.get(scenario, scenario)}"
 
 
-def _plot_name(bench: str) -> str:
-    return f"budget_{bench.lower().replace('-', '_')}.png"
+def _plot_path(bench: str) -> str:
+    """The figure of ``bench`` relative to the output folder: both the path :func:`budget_report` writes
+    it to and the link ``budget.md`` gives it, so the page's images resolve wherever the folder is
+    copied whole (e.g. ``plots/budget_split_digits.png``)."""
+    return f"plots/budget_{bench.lower().replace('-', '_')}.png"
 
 
 def _plot(table: dict[str, Any], chance: dict[str, float], bench: str, path: Path) -> None:
@@ -425,7 +428,7 @@ def budget_report(
     benches = sorted({m.rpartition("/")[0] for m in table if m != SELECTION_KEY})
     markdown = _markdown(table, benches, command)
     as_json = {m: {s: {str(n): v for n, v in c.items()} for s, c in t.items()} for m, t in table.items()}
-    names = ["budget.json", "budget.md", *[f"plots/{_plot_name(b)}" for b in benches]]
+    names = ["budget.json", "budget.md", *[_plot_path(b) for b in benches]]
     out_dir = Path(out_dir)
     claims = OutputClaims(out_dir, "acl budget")
     with run_lock(out_dir):
@@ -436,6 +439,6 @@ def budget_report(
             atomic_write_json(stage / "budget.json", {"command": command, "table": as_json, "runs": per_run})
             atomic_write_text(stage / "budget.md", markdown)
             for bench in benches:
-                _plot(table, chance, bench, stage / "plots" / _plot_name(bench))
+                _plot(table, chance, bench, stage / _plot_path(bench))
             files = claims.publish(stage, force=force)
     return {"table": table, "markdown": markdown, "files": files}
