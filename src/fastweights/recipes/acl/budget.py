@@ -31,7 +31,7 @@ from fastweights.recipes.reporting import md_table
 from fastweights.train.model_files import CONFIG_FILE, is_export, read_export_info
 from fastweights.train.run_folder import OutputClaims, run_lock
 
-__all__ = ["budget_report", "read_budget_run", "upstream_steps"]
+__all__ = ["budget_report", "read_budget_run", "train_section", "upstream_steps"]
 
 SELECTION_KEY = "selection objective"  # the metric name of the meta-validation objective
 _SCENARIOS = {
@@ -101,7 +101,7 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     selected = run.get("selected_on")
     if isinstance(selected, dict) and isinstance(selected.get("value"), (int, float)):
         metrics[SELECTION_KEY] = float(selected["value"])
-    train = _train_config(Path(run_dir))
+    train = train_section(Path(run_dir))
     if not train.get("init_from"):
         init_steps, init_steps_from = 0, "no train.init_from"
     elif recorded is not None:
@@ -123,8 +123,9 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _train_config(run_dir: Path) -> dict[str, Any]:
-    """The ``train`` section of the run's ``config.yaml`` (the seed and ``init_from``).
+def train_section(run_dir: Path) -> dict[str, Any]:
+    """The ``train`` section of the run's ``config.yaml`` (e.g. its ``seed``, ``init_from`` and
+    ``acl_loss``), or of an export folder's ``config.json``.
 
     Raises:
         FileNotFoundError: no ``config.yaml``; ValueError: it is not YAML with a ``train`` mapping.
@@ -215,7 +216,7 @@ def upstream_steps(
         if type(known) is int and known >= 0:
             return total + known
         recorded = None
-        run_dir, init_from = source, _train_config(source).get("init_from")
+        run_dir, init_from = source, train_section(source).get("init_from")
         where = f"{source}/config.yaml: train.init_from"
     return total
 
