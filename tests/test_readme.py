@@ -24,41 +24,9 @@ def test_readme_snippet_runs(index, monkeypatch):
     exec(code, {"__name__": f"readme_block_{index + 1}"})
 
 
-# --- the "Reproduce the papers" commands and the README's links -------------------------------------
+# --- the "Reproduce the papers" commands (the README's links: tests/test_docs_links.py) --------------
 
 ROOT = README.parent
-
-
-def _slug(heading: str) -> str:
-    """GitHub's anchor of a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*]", "", heading.strip().lower())
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
-
-
-def _anchors(path: Path) -> set[str]:
-    text = re.sub(r"^```.*?^```$", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
-    seen: dict[str, int] = {}
-    out = set()
-    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
-        slug = _slug(heading)
-        out.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
-        seen[slug] = seen.get(slug, 0) + 1
-    return out
-
-
-def test_readme_links_resolve():
-    """Every relative link of the README names a file of the repository and, with #anchor, a heading of it."""
-    links = re.findall(r"\]\(([^)\s]+)\)", README.read_text(encoding="utf-8"))
-    assert links
-    for link in links:
-        if link.startswith(("http://", "https://")):
-            continue
-        target, _, anchor = link.partition("#")
-        path = ROOT / target if target else README
-        assert path.exists(), f"README link {link}: no file {path}"
-        if anchor:
-            where = target or "README.md"
-            assert anchor in _anchors(path), f"README link {link}: no heading with that anchor in {where}"
 
 
 def _reproduce_commands() -> list[list[str]]:

@@ -90,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
         help="metrics.jsonl field to plot (default val_objective: the best checkpoint's selection metric)",
     )
     cu.add_argument("--x", choices=["minutes", "step"], default="minutes", help="x axis")
+    cu.add_argument(
+        "--forgetting",
+        action="store_true",
+        help="2-task runs on the same measures, recomputed from their logged in-context terms (the ACL "
+        "objective of all six, acc(A|A), acc(B|A→B), acc(A|A→B); --key unused), e.g. ACL and no-ACL, "
+        "whose own val_objective differs; runs with the same --labels entry are seeds of one model",
+    )
     bu = verbs["acl"].add_parser(
         "budget",
         help="budget curves: split-benchmark accuracy of evaluated runs vs meta-training steps, per setting",
@@ -455,7 +462,11 @@ def _run_recipe(args: argparse.Namespace) -> None:
         print(text)
     elif args.verb == "curves":
         labels = args.labels.split(",") if args.labels else None
-        print(module.compare_curves(args.run_dirs, args.out, labels=labels, key=args.key, x=args.x))  # type: ignore[attr-defined]
+        print(
+            module.compare_curves(  # type: ignore[attr-defined]
+                args.run_dirs, args.out, labels=labels, key=args.key, x=args.x, forgetting=args.forgetting
+            )
+        )
     elif args.verb == "stream":
         _run_acl_stream(args)
     elif args.verb == "budget":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from fastweights.cli import main
 from fastweights.recipes.acl.budget import SELECTION_KEY, budget_report, read_budget_run
 from fastweights.train.run_folder import RunFolderError
+from tests.test_docs_links import dead_links, links
 
 TWO = ["FontGlyphs", "EmojiImages"]
 THREE = [*TWO, "Handwriting"]
@@ -90,6 +92,22 @@ def test_groups_by_setting_and_budget_with_t_ci(tmp_path: Path) -> None:
         "init_steps": 0,
         "init_steps_from": "no train.init_from",
     }
+
+
+def test_the_pages_images_are_the_plots_written_beside_it_and_survive_a_copy(tmp_path: Path) -> None:
+    runs = [
+        _run(tmp_path, "a", sources=TWO, steps=3000, seed=0, acc=0.7),
+        _run(tmp_path, "b", sources=THREE, steps=3000, seed=0, acc=0.6),
+    ]
+    out = tmp_path / "runs" / "budget"
+    files = budget_report(runs, out)["files"]
+    page = out / "budget.md"
+    images = links(page.read_text())
+    assert images == ["plots/budget_split_digits.png"] and dead_links(page) == []
+    assert set(images) <= {str(Path(f).relative_to(out)) for f in files}  # written by this command
+    copy = tmp_path / "docs" / "evidence" / "budget"  # the whole folder copied elsewhere, e.g. into docs/
+    shutil.copytree(out, copy)
+    assert dead_links(copy / "budget.md") == []
 
 
 def test_layer_named_when_runs_differ_in_it(tmp_path: Path) -> None:

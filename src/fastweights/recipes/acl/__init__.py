@@ -439,36 +439,84 @@ def compare_curves(
     labels: list[str] | None = None,
     key: str = SELECTION.metric,
     x: str = "minutes",
+    forgetting: bool = False,
 ) -> Path:
     """Plot ``key`` (default: ``val_objective``, the meta-validation metric the best checkpoint is
     selected on; ``val_acc`` = accuracy on the first task right after learning it) against ``x``
     (``"minutes"`` of training wall-clock time, validation included, or ``"step"``) for several run
     folders in one PNG (``out``).
 
+    ``val_objective`` is each run's own selection objective: a run with ``train.acl_loss false`` leaves
+    the backward-transfer terms out of it, so runs that differ in ``train.acl_loss`` are refused on that
+    key. ``forgetting`` draws instead, for 2-task runs, the same measures for every run, recomputed from
+    the logged in-context terms (:func:`~fastweights.recipes.acl.plots.plot_forgetting_curves`: the ACL
+    objective of all six terms, acc(A|A), acc(B|A→B), acc(A|A→B)); runs with the same label are the runs
+    (e.g. seeds) of one model, drawn thin beside their mean (``key`` unused).
+
     Raises:
         FileNotFoundError: if a run folder has no ``metrics.jsonl``.
-        ValueError: if ``labels`` does not match ``run_dirs``, or a run's log has no record of ``key``.
+        ValueError: if ``labels`` does not match ``run_dirs``, a run's log has no record of ``key`` (with
+            ``forgetting``: no 2-task in-context terms), or ``key`` is ``val_objective`` for runs whose
+            ``config.yaml`` differ in ``train.acl_loss``.
     """
     labels = labels or [Path(d).name for d in run_dirs]
     if x not in ("minutes", "step"):
         raise ValueError(f"x: expected 'minutes' or 'step', got {x!r}")
     if len(labels) != len(run_dirs):
         raise ValueError(f"labels: expected {len(run_dirs)} labels, got {len(labels)}")
-    curves = {}
-    for label, d in zip(labels, run_dirs, strict=True):
+    logs = {}
+    for d in run_dirs:
         log_path = Path(d) / "metrics.jsonl"
         if not log_path.exists():
             raise FileNotFoundError(f"run_dirs: no {log_path}")
-        curves[label] = [(r[x], r[key]) for r in read_jsonl(log_path) if key in r]
+        logs[Path(d)] = read_jsonl(log_path)
+    xlabel = "training wall-clock minutes" if x == "minutes" else "training step"
+    if forgetting:
+        from fastweights.recipes.acl.plots import plot_forgetting_curves
+
+        models: dict[str, list[list[dict[str, Any]]]] = {}
+        for label, d in zip(labels, run_dirs, strict=True):
+            models.setdefault(label, []).append(logs[Path(d)])
+        n_way = {r["n_way"] for records in logs.values() for r in records if isinstance(r.get("n_way"), int)}
+        chance = 1.0 / n_way.pop() if len(n_way) == 1 else None
+        return plot_forgetting_curves(models, out, x=x, xlabel=xlabel, chance=chance)
+    if key == SELECTION.metric:
+        _check_same_objective(run_dirs)
+    curves = {}
+    for label, d in zip(labels, run_dirs, strict=True):
+        curves[label] = [(r[x], r[key]) for r in logs[Path(d)] if key in r]
         if not curves[label]:
+            log_path = Path(d) / "metrics.jsonl"
             raise ValueError(f"--key: no record of {log_path} has {key!r} (an older log? try --key val_acc)")
     names = {
         "val_acc": "meta-validation accuracy, first task right after learning it",
         SELECTION.metric: f"meta-validation {SELECTION.metric} (checkpoint selection metric)",
     }
     ylabel = names.get(key, key)
-    xlabel = "training wall-clock minutes" if x == "minutes" else "training step"
     return plot_learning_curves(curves, out, xlabel=xlabel, ylabel=ylabel, title=f"{key} vs {xlabel}")
+
+
+def _check_same_objective(run_dirs: list[Path]) -> None:
+    """Refuse ``val_objective`` curves of runs that differ in ``train.acl_loss`` (read from each run's
+    ``config.yaml``; a folder without one is not checked): their objectives are different measures.
+
+    Raises:
+        ValueError: naming a run of each kind and the way to plot them on the same measures.
+    """
+    from fastweights.recipes.acl.budget import train_section
+
+    kinds: dict[bool, Path] = {}
+    for d in run_dirs:
+        try:
+            kinds.setdefault(bool(train_section(Path(d)).get("acl_loss", True)), Path(d))
+        except FileNotFoundError:
+            continue
+    if len(kinds) > 1:
+        raise ValueError(
+            f"--key {SELECTION.metric}: not the same measure for {kinds[True]} (train.acl_loss true) and "
+            f"{kinds[False]} (train.acl_loss false: the score leaves out the backward-transfer terms); "
+            "plot them on the same measures with --forgetting, or give another --key (e.g. val_acc)"
+        )
 
 
 def summary(results: dict[str, Any]) -> str:

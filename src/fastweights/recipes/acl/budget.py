@@ -31,7 +31,7 @@ from fastweights.recipes.reporting import md_table
 from fastweights.train.model_files import CONFIG_FILE, is_export, read_export_info
 from fastweights.train.run_folder import OutputClaims, run_lock
 
-__all__ = ["budget_report", "read_budget_run", "upstream_steps"]
+__all__ = ["budget_report", "read_budget_run", "train_section", "upstream_steps"]
 
 SELECTION_KEY = "selection objective"  # the metric name of the meta-validation objective
 _SCENARIOS = {
@@ -101,7 +101,7 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     selected = run.get("selected_on")
     if isinstance(selected, dict) and isinstance(selected.get("value"), (int, float)):
         metrics[SELECTION_KEY] = float(selected["value"])
-    train = _train_config(Path(run_dir))
+    train = train_section(Path(run_dir))
     if not train.get("init_from"):
         init_steps, init_steps_from = 0, "no train.init_from"
     elif recorded is not None:
@@ -123,8 +123,9 @@ def read_budget_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _train_config(run_dir: Path) -> dict[str, Any]:
-    """The ``train`` section of the run's ``config.yaml`` (the seed and ``init_from``).
+def train_section(run_dir: Path) -> dict[str, Any]:
+    """The ``train`` section of the run's ``config.yaml`` (e.g. its ``seed``, ``init_from`` and
+    ``acl_loss``), or of an export folder's ``config.json``.
 
     Raises:
         FileNotFoundError: no ``config.yaml``; ValueError: it is not YAML with a ``train`` mapping.
@@ -215,7 +216,7 @@ def upstream_steps(
         if type(known) is int and known >= 0:
             return total + known
         recorded = None
-        run_dir, init_from = source, _train_config(source).get("init_from")
+        run_dir, init_from = source, train_section(source).get("init_from")
         where = f"{source}/config.yaml: train.init_from"
     return total
 
@@ -343,7 +344,7 @@ def _markdown(table: dict[str, Any], benches: list[str], command: str | None) ->
             for setting, cells in by_setting.items()
         ]
         lines += [f"## {_title(metric)}", "", *md_table(header, rows), ""]
-    lines += ["## Plots", "", *[f"![{b}](plots/{_plot_name(b)})" for b in benches], ""]
+    lines += ["## Plots", "", *[f"![{b}]({_plot_path(b)})" for b in benches], ""]
     return "\n".join(lines)
 
 
@@ -354,8 +355,11 @@ def _title(metric: str) -> str:
     return f"{bench}, {_SCENARIOS.get(scenario, scenario)}"
 
 
-def _plot_name(bench: str) -> str:
-    return f"budget_{bench.lower().replace('-', '_')}.png"
+def _plot_path(bench: str) -> str:
+    """The figure of ``bench`` relative to the output folder: both the path :func:`budget_report` writes
+    it to and the link ``budget.md`` gives it, so the page's images resolve wherever the folder is
+    copied whole (e.g. ``plots/budget_split_digits.png``)."""
+    return f"plots/budget_{bench.lower().replace('-', '_')}.png"
 
 
 def _plot(table: dict[str, Any], chance: dict[str, float], bench: str, path: Path) -> None:
@@ -425,7 +429,7 @@ def budget_report(
     benches = sorted({m.rpartition("/")[0] for m in table if m != SELECTION_KEY})
     markdown = _markdown(table, benches, command)
     as_json = {m: {s: {str(n): v for n, v in c.items()} for s, c in t.items()} for m, t in table.items()}
-    names = ["budget.json", "budget.md", *[f"plots/{_plot_name(b)}" for b in benches]]
+    names = ["budget.json", "budget.md", *[_plot_path(b) for b in benches]]
     out_dir = Path(out_dir)
     claims = OutputClaims(out_dir, "acl budget")
     with run_lock(out_dir):
@@ -436,6 +440,6 @@ def budget_report(
             atomic_write_json(stage / "budget.json", {"command": command, "table": as_json, "runs": per_run})
             atomic_write_text(stage / "budget.md", markdown)
             for bench in benches:
-                _plot(table, chance, bench, stage / "plots" / _plot_name(bench))
+                _plot(table, chance, bench, stage / _plot_path(bench))
             files = claims.publish(stage, force=force)
     return {"table": table, "markdown": markdown, "files": files}
