@@ -45,6 +45,14 @@ class SRDeltaNetLayer(SequenceLayer):
     5. ``out = x + Dropout(out_linear(o))``: a plain residual with no LayerNorm (the reference builds
        a LayerNorm but never applies it; the input softmax is what normalises the SRWM's input).
 
+    Block forms (``block``; see :class:`~fastweights.layers.base.SequenceLayer`), with the core
+    ``core(h) = DeltaRule(SRWM(softmax_E(h)))`` (steps 1-4) and ``W_o = out_linear``:
+
+    - ``"native"`` (default): ``out = x + Dropout(W_o · core(x))`` (step 5; the reference's
+      ``SMFWPlayer``, no norm).
+    - ``"pre_ln"``: ``out = x + Dropout(W_o · core(LN(x)))``: adds ``layer_norm`` (``nn.LayerNorm(D)``,
+      state dict keys ``layer_norm.weight`` / ``layer_norm.bias``) before the input softmax.
+
     The SRWM never sees the DeltaNet's outputs, so the whole SRWM pass over a call runs first and the
     delta rule then runs chunkwise over the generated ``q, k, v, beta`` — the same order as the
     reference (its SRWM kernel runs over the whole segment before its delta-rule kernel).
@@ -65,15 +73,25 @@ class SRDeltaNetLayer(SequenceLayer):
         num_heads: number of heads ``H``.
         dropout: dropout on the projected output.
         chunk_size: chunk length of the chunkwise-parallel delta rule.
+        block: ``"native"`` or ``"pre_ln"`` (above).
 
     Raises:
         ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
-            ``d_model`` (naming the argument), or for a non-positive ``chunk_size``.
+            ``d_model`` (naming the argument), for a non-positive ``chunk_size`` or an unknown ``block``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, chunk_size: int = 64) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        chunk_size: int = 64,
+        block: str = "native",
+    ) -> None:
         super().__init__()
         self.head_dim = check_heads(d_model, num_heads)
+        self.set_block(block)
         self.d_model, self.num_heads = d_model, num_heads
         check_int("chunk_size", chunk_size)
         self.chunk_size = chunk_size
@@ -82,6 +100,8 @@ class SRDeltaNetLayer(SequenceLayer):
         self.out_linear = nn.Linear(d_model, d_model, bias=False)
         self.dropout = nn.Dropout(dropout)
         self.reset_srwm_parameters()
+        if self.block == "pre_ln":
+            self.layer_norm = nn.LayerNorm(d_model)
 
     @property
     def num_columns(self) -> int:
@@ -120,18 +140,24 @@ class SRDeltaNetLayer(SequenceLayer):
         q, k, v, logit = p.split([e, e, e, 1], dim=-1)
         return torch.softmax(q, dim=-1), torch.softmax(k, dim=-1), v, torch.sigmoid(logit.squeeze(-1))
 
-    def _output(self, x: Tensor, o: Tensor) -> Tensor:
-        b, t, _ = x.shape
-        return x + self.dropout(self.out_linear(o.reshape(b, t, self.d_model)))
+    def native_input(self, x: Tensor) -> Tensor:
+        """The native SR-Delta reads the raw input ``x`` (no norm)."""
+        return x
 
-    def forward_unpacked(self, x: Tensor, state: SRDeltaState | None = None) -> tuple[Tensor, SRDeltaState]:
-        """``x [B, T, D]`` → ``(out [B, T, D], (srwm [B, H, E, 5E+5], delta [B, H, E, E]))``.
+    def _output(self, x: Tensor, o: Tensor) -> Tensor:
+        """The block's output from the delta rule's per-head output ``o [B, T, H, E]``."""
+        b, t, _ = x.shape
+        return self.block_output(x, o.reshape(b, t, self.d_model))
+
+    def core(self, h: Tensor, state: SRDeltaState | None = None) -> tuple[Tensor, SRDeltaState]:
+        """``DeltaRule(SRWM(softmax_E(h)))``: ``h [B, T, D]`` → ``(c [B, T, D], (srwm [B, H, E, 5E+5],
+        delta [B, H, E, E]))``.
 
         Raises:
             ValueError: for a bad ``state`` (naming it; ``x`` is validated by :meth:`forward`).
         """
-        s_srwm, s_delta = self._check_state(state, x.shape[0])
-        a = self._heads(x)
+        s_srwm, s_delta = self._check_state(state, h.shape[0])
+        a = self._heads(h)
         p, new_srwm = srwm(
             a, self.weight.to(a.dtype), initial_state=s_srwm, output_final_state=True, d_out=self.y_dim
         )
@@ -142,7 +168,8 @@ class SRDeltaNetLayer(SequenceLayer):
             chunk_size=self.chunk_size,
         )
         assert new_srwm is not None and new_delta is not None
-        return self._output(x, o), (new_srwm, new_delta)
+        b, t, _ = h.shape
+        return o.reshape(b, t, self.d_model), (new_srwm, new_delta)
 
     def read(self, x: Tensor, state: SRDeltaState | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]`` from ``state`` (exact, without copying the state):
@@ -150,6 +177,6 @@ class SRDeltaNetLayer(SequenceLayer):
         one discarded delta-rule step per query (``ops.delta_rule_read``)."""
         self.check_input(x)
         s_srwm, s_delta = self._check_state(state, x.shape[0])
-        a = self._heads(x)
+        a = self._heads(self.block_input(x))
         p = srwm_read(a, self.weight.to(a.dtype), state=s_srwm, d_out=self.y_dim)
         return self._output(x, delta_rule_read(*self._delta_inputs(p), state=s_delta))
