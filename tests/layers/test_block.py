@@ -23,6 +23,7 @@ from fastweights.layers import (
     TTTMLPLayer,
     make_sequence_layer,
 )
+from tests.conftest import state_tensors
 
 F64 = torch.float64
 D, H = 8, 2
@@ -104,16 +105,6 @@ def _x(t: int = 9, b: int = 2, seed: int = 1) -> Tensor:
     return torch.randn(b, t, D, generator=torch.Generator().manual_seed(seed), dtype=F64)
 
 
-def _tensors(state):
-    if isinstance(state, Tensor):
-        return [state]
-    if isinstance(state, dict):
-        return [t for k in sorted(state) for t in _tensors(state[k])]
-    if isinstance(state, (tuple, list)):
-        return [t for s in state for t in _tensors(s)]
-    return []
-
-
 def test_every_layer_and_form_has_a_formula():
     assert set(FORMULAS) == {(name, form) for name in LAYERS for form in BLOCK_FORMS}
     assert set(KEY_CHANGES) == set(LAYERS)
@@ -141,7 +132,7 @@ def test_block_output_equals_its_formula_around_the_core(name, form, with_state)
 
         expected = FORMULAS[name, form](layer, x, core)
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
-    for a, b in zip(_tensors(new_state), _tensors(core_states[0]), strict=True):
+    for a, b in zip(state_tensors(new_state), state_tensors(core_states[0]), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -227,7 +218,7 @@ def test_uniform_form_carries_state_and_reads_exactly(name):
         a, s = layer(x[:, :6])
         b, s = layer(x[:, 6:], s)
         torch.testing.assert_close(torch.cat([a, b], 1), full, rtol=0, atol=1e-10)
-        for u, w in zip(_tensors(s), _tensors(full_state), strict=True):
+        for u, w in zip(state_tensors(s), state_tensors(full_state), strict=True):
             torch.testing.assert_close(u, w, rtol=0, atol=1e-10)
         torch.testing.assert_close(
             layer.read(x_read[:, :4], s), _one_step(layer, x_read[:, :4], s), rtol=0, atol=1e-10
@@ -241,7 +232,7 @@ def test_uniform_form_carries_state_and_reads_exactly(name):
         torch.testing.assert_close(reads, torch.cat(expected, 1), rtol=0, atol=1e-10)
         empty, empty_state = layer(x[:, :0], s)
     assert empty.shape == (2, 0, D)
-    for u, w in zip(_tensors(empty_state), _tensors(s), strict=True):
+    for u, w in zip(state_tensors(empty_state), state_tensors(s), strict=True):
         torch.testing.assert_close(u, w.to(u.dtype), rtol=0, atol=0)
 
 
@@ -271,7 +262,7 @@ def test_uniform_form_under_autocast_keeps_float32_states(name):
     x = torch.randn(2, 7, D)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         out, state = layer(x)
-    floats = [z for z in _tensors(state) if z.is_floating_point()]
+    floats = [z for z in state_tensors(state) if z.is_floating_point()]
     assert floats and all(z.dtype == torch.float32 for z in floats)
     assert torch.isfinite(out.float()).all()
 

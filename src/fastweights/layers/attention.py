@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_int
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.linear_attention import linear_attention
 
@@ -95,9 +95,7 @@ class LinearAttentionLayer(SequenceLayer):
         block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.set_block(block)
-        self.d_model, self.num_heads = d_model, num_heads
+        self.set_heads(d_model, num_heads, block)
         self.chunk_size, self.eps = check_int("chunk_size", chunk_size), eps
         self.layer_norm = nn.LayerNorm(d_model)
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
@@ -265,9 +263,7 @@ class SoftmaxAttentionLayer(SequenceLayer):
         block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.set_block(block)
-        self.d_model, self.num_heads = d_model, num_heads
+        self.set_heads(d_model, num_heads, block)
         if rope and self.head_dim % 2:
             raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
         if rope and not rope_theta > 0:

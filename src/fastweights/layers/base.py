@@ -117,6 +117,8 @@ class SequenceLayer(nn.Module):
     """
 
     d_model: int
+    num_heads: int
+    head_dim: int
     state_batch_dim: int = 0  # the batch dimension of the state's tensors
     block: str = "native"  # the block form (set by the constructor through :meth:`set_block`)
 
@@ -127,6 +129,17 @@ class SequenceLayer(nn.Module):
             ValueError: naming ``block`` unless it is one of :data:`BLOCK_FORMS`.
         """
         self.block = check_block(block)
+
+    def set_heads(self, d_model: int, num_heads: int, block: str) -> None:
+        """Validate and record a multi-head layer's ``d_model``, ``num_heads``, its head dim
+        ``head_dim = d_model / num_heads`` and its ``block`` (call it first in the constructor).
+
+        Raises:
+            ValueError: naming ``d_model`` or ``num_heads`` (see :func:`check_heads`) or ``block``.
+        """
+        self.head_dim = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
+        self.set_block(block)
 
     @property
     def output_projection(self) -> nn.Module:

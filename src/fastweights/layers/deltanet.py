@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_int
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.ops.delta_rule import delta_rule
 
 __all__ = ["DeltaNetLayer", "deltanet_layer_from_reference"]
@@ -76,9 +76,7 @@ class DeltaNetLayer(SequenceLayer):
         block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.set_block(block)
-        self.d_model, self.num_heads = d_model, num_heads
+        self.set_heads(d_model, num_heads, block)
         check_int("chunk_size", chunk_size)
         self.chunk_size = chunk_size
         self.slow_net = nn.Linear(d_model, num_heads * (3 * self.head_dim + 1), bias=False)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_choice
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.ops._common import compute_dtype
 from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_reference, srwm_with_reads
 
@@ -73,11 +73,9 @@ class SRWMLayer(SequenceLayer):
         block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.set_block(block)
+        self.set_heads(d_model, num_heads, block)
         if init not in ("acl", "modern"):
             raise ValueError(f"init: expected 'acl' or 'modern', got {init!r}")
-        self.d_model, self.num_heads = d_model, num_heads
         self.use_input_softmax = use_input_softmax
         e = self.head_dim
         self.weight = nn.Parameter(torch.empty(num_heads, e, srwm_num_columns(e)))

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fastweights.checks import check_int
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.layers.conv import causal_depthwise_conv
 from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.ttt import ttt_linear, ttt_mlp
@@ -50,8 +50,7 @@ class _TTTBase(SequenceLayer):
         block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.set_block(block)
+        self.set_heads(d_model, num_heads, block)
         if residual and self.block != "native":
             raise ValueError(
                 f"residual: expected False with block={self.block!r} (its residual and LayerNorm are the "
@@ -61,7 +60,6 @@ class _TTTBase(SequenceLayer):
             raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
         check_int("mini_batch_size", mini_batch_size)
         check_int("conv_kernel", conv_kernel)
-        self.d_model, self.num_heads = d_model, num_heads
         self.mini_batch_size, self.ttt_base_lr, self.rope_theta = mini_batch_size, ttt_base_lr, rope_theta
         self.share_qk, self.use_gate, self.conv_kernel, self.residual = (
             share_qk,
