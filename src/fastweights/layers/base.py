@@ -143,7 +143,8 @@ class SequenceLayer(nn.Module):
 
     @property
     def output_projection(self) -> nn.Module:
-        """``W_o``: the linear map from the core's output to the residual stream (``out_linear``)."""
+        """``W_o``: the linear map from the core's output to the residual stream (``out_linear``; the TTT
+        layers' ``o_proj``; the native LSTM has none)."""
         return self.out_linear
 
     def native_input(self, x: Tensor) -> Tensor:

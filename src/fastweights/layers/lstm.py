@@ -92,8 +92,8 @@ class LSTMLayer(SequenceLayer):
         return super().forward_unpacked(x, state)
 
     def core(self, h: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
-        """``LSTM(h)``: ``h [B, T, D]`` → ``(c [B, T, D] in the parameters' dtype, (h, c) each
-        [1, B, D])``."""
+        """``LSTM(h)``: ``h [B, T, D]`` → ``(y, (h_T, c_T))``: the hidden states ``y [B, T, D]`` (in the
+        parameters' dtype) and the final state, each ``[1, B, D]``."""
         self._check_state(h, state)
         dtype = torch.promote_types(h.dtype, torch.float32)
         if h.shape[1] == 0:  # nn.LSTM rejects empty sequences
