@@ -29,6 +29,18 @@ def load_golden(relpath: str) -> dict:
     return torch.load(path, weights_only=True)
 
 
+def state_tensors(state: object) -> list[torch.Tensor]:
+    """The tensors of a layer's or op's state (a tensor, tuple, list or dict, nested), in a fixed order
+    (dict keys sorted); other entries (``None``, the TTT offset) are left out."""
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for k in sorted(state) for t in state_tensors(state[k])]
+    if isinstance(state, (tuple, list)):
+        return [t for s in state for t in state_tensors(s)]
+    return []
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

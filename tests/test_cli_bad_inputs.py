@@ -196,6 +196,16 @@ CASES = [
         [*ACL_NEW, "model.layer_options={{srwm: {{inits: modern}}}}"],
         r"model\.layer_options\.srwm",
     ),
+    Case(
+        "acl-layer-options-block-unknown",
+        [*ACL_NEW, "model.layer_options.block=post_ln"],
+        r"error: model\.layer_options\.block: expected one of \['native', 'pre_ln'\], got 'post_ln'$",
+    ),
+    Case(
+        "acl-layer-options-per-layer-block-unknown",
+        [*ACL_NEW, "model.layer_options={{deltanet: {{block: 3}}}}"],
+        r"error: model\.layer_options\.deltanet\.block: expected one of \['native', 'pre_ln'\], got 3$",
+    ),
     Case("acl-augment-unknown", [*ACL_NEW, "train.augment.blur=0.5"], r"train\.augment\.blur"),
     Case(
         "acl-class-scenario-too-few-outputs",
@@ -361,6 +371,11 @@ CASES = [
     Case("sequential-max_trim-neg", [*SEQ_NEW, "train.max_trim=-1"], r"train\.max_trim"),
     Case("sequential-domain-unknown", [*SEQ_NEW, "domain_b.source=svhn"], r"domain_b\.source"),
     Case("lm-mixer-unknown", [*LM_NEW, "model.sequence_layer=gru"], r"model\.sequence_layer"),
+    Case(
+        "lm-layer-options-block-unknown",
+        [*LM_NEW, "model.layer_options.block=post_ln"],
+        r"error: model\.layer_options\.block: expected one of \['native', 'pre_ln'\], got 'post_ln'$",
+    ),
     Case("lm-seq_len-0", [*LM_NEW, "train.seq_len=0"], r"train\.seq_len"),
     Case("lm-min_lr-above-lr", [*LM_NEW, "train.min_lr=1"], r"train\.min_lr"),
     Case("lm-warmup-fraction", [*LM_NEW, "train.warmup_fraction=1.5"], r"train\.warmup_fraction"),

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fastweights.layers import SEQUENCE_LAYERS, make_sequence_layer
+from tests.conftest import state_tensors
 
 F64 = torch.float64
 D_MODEL, HEADS = 8, 2
@@ -13,16 +14,6 @@ D_MODEL, HEADS = 8, 2
 
 def _layer(name, dtype=F64):
     return make_sequence_layer(name, D_MODEL, HEADS).to(dtype).eval()
-
-
-def _tensors(state):
-    if isinstance(state, torch.Tensor):
-        return [state]
-    if isinstance(state, dict):
-        return [t for k in sorted(state) for t in _tensors(state[k])]
-    if isinstance(state, (tuple, list)):
-        return [t for s in state for t in _tensors(s)]
-    return []
 
 
 @pytest.mark.parametrize("prefill", [0, 1, 15, 16, 17])
@@ -42,7 +33,7 @@ def test_prefill_then_token_by_token_decode_equals_full_forward(name, prefill):
             out, state = layer(x[:, i : i + 1], state)
             outs.append(out)
     torch.testing.assert_close(torch.cat(outs, 1), full, rtol=0, atol=1e-10)
-    for a, b in zip(_tensors(state), _tensors(full_state), strict=True):
+    for a, b in zip(state_tensors(state), state_tensors(full_state), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
 
 
@@ -67,7 +58,7 @@ def test_states_stay_float32_under_autocast(name, amp_dtype):
         out, state = layer(x[:, :11])
         out2, state2 = layer(x[:, 11:], state)
     for s in (state, state2):
-        floats = [z for z in _tensors(s) if z.is_floating_point()]
+        floats = [z for z in state_tensors(s) if z.is_floating_point()]
         assert floats and all(z.dtype == torch.float32 for z in floats), [z.dtype for z in floats]
     assert torch.isfinite(out.float()).all() and torch.isfinite(out2.float()).all()
 
@@ -76,7 +67,7 @@ def test_states_stay_float32_under_autocast(name, amp_dtype):
 def test_half_inputs_keep_float32_states(name):
     layer = _layer(name, torch.bfloat16)
     _, state = layer(torch.randn(2, 9, D_MODEL, dtype=torch.bfloat16))
-    floats = [z for z in _tensors(state) if z.is_floating_point()]
+    floats = [z for z in state_tensors(state) if z.is_floating_point()]
     assert floats and all(z.dtype == torch.float32 for z in floats), [z.dtype for z in floats]
 
 
@@ -214,10 +205,10 @@ def test_empty_sequence_with_reads_keeps_the_state(name, with_state):
         out, out_read, new_state = layer.forward_with_reads(x[:, :0], x[:, :0], state)
         _, expected = layer(x[:, :0], state)
     assert out.shape == out_read.shape == (2, 0, D_MODEL)
-    for a, b in zip(_tensors(new_state), _tensors(expected), strict=True):
+    for a, b in zip(state_tensors(new_state), state_tensors(expected), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     if with_state:
-        for a, b in zip(_tensors(new_state), _tensors(state), strict=True):
+        for a, b in zip(state_tensors(new_state), state_tensors(state), strict=True):
             torch.testing.assert_close(a, b.to(a.dtype), rtol=0, atol=0)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastweights.layers import SEQUENCE_LAYERS
 from fastweights.models.classifier_config import ClassifierConfig, build_classifier
 
 
@@ -52,6 +53,21 @@ def test_per_layer_options_apply_only_to_the_selected_layer():
     assert _small(layer_options={"init": "modern"}).sequence_layer_options() == {"init": "modern"}
 
 
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_block_option_reaches_every_sequence_layer(name):
+    """``layer_options: {block: pre_ln}`` (flat, so one config serves every layer of a comparison) builds
+    each layer in the uniform form; the default keeps each layer's native form."""
+    model = build_classifier(_small(sequence_layer=name, layer_options={"block": "pre_ln"}), image_size=16)
+    assert [layer.block for layer in model.seq_layers] == ["pre_ln", "pre_ln"]
+    assert all(
+        layer.block == "native"
+        for layer in build_classifier(_small(sequence_layer=name), image_size=16).seq_layers
+    )
+    images = torch.randn(2, 3, 1, 16, 16)
+    logits, state = model(images, torch.tensor([[0, 1, 5], [1, 0, 5]]))
+    assert logits.shape == (2, 3, 5) and model.query(images, state).shape == (2, 3, 5)
+
+
 @pytest.mark.parametrize(
     ("kw", "pattern"),
     [
@@ -64,6 +80,14 @@ def test_per_layer_options_apply_only_to_the_selected_layer():
         ({"layer_options": {"deltanet": {"init": "modern"}}}, r"layer_options\.deltanet: .*not accepted by"),
         ({"layer_options": {"srwm": "modern"}}, r"layer_options\.srwm: expected a mapping"),
         ({"layer_options": {"srwm": {}, "init": "modern"}}, r"\['srwm'\] mixed with \['init'\]"),
+        (
+            {"layer_options": {"block": "post"}},
+            r"^layer_options\.block: expected one of \['native', 'pre_ln'\], got 'post'$",
+        ),
+        (
+            {"layer_options": {"lstm": {"block": 1}}},
+            r"^layer_options\.lstm\.block: expected one of .*, got 1$",
+        ),
         ({"input_init_scale": 0.0}, r"input_init_scale"),
         ({"label_init_scale": float("inf")}, r"label_init_scale"),
     ],

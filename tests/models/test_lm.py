@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -307,6 +308,40 @@ def test_per_layer_options_reach_only_the_selected_layer():
     model = LMBackbone(cfg)
     assert all(layer.seq_modeling_block.init == "modern" for layer in model.layers)
     assert LMConfig(sequence_layer="softmax_attention", layer_options=options).sequence_layer_options() == {}
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"block": "post_ln"}, "layer_options.block"),
+        ({"ttt_mlp": {"block": "post_ln"}}, "layer_options.ttt_mlp.block"),
+    ],
+)
+def test_config_names_a_bad_block_form(options, key):
+    message = rf"^{re.escape(key)}: expected one of \['native', 'pre_ln'\], got 'post_ln'$"
+    with pytest.raises(ValueError, match=message):
+        LMConfig(layer_options=options)
+
+
+@pytest.mark.parametrize(
+    ("layer", "backbone"),
+    [*LAYERS, ("sr_deltanet", "transformer"), ("linear_attention", "transformer"), ("lstm", "transformer")],
+)
+def test_uniform_block_form_builds_every_layer_and_decodes_exactly(layer, backbone):
+    """``layer_options: {block: pre_ln}`` gives every block's sequence layer the same pre-LN residual form
+    (the TTT layers a LayerNorm instead of their RMSNorm), and the cache still continues exactly."""
+    torch.manual_seed(1)
+    model = _micro(layer, backbone, layer_options={"block": "pre_ln"})
+    for block in model.model.layers:
+        seq = block.seq_modeling_block
+        assert seq.block == "pre_ln" and isinstance(seq.layer_norm, torch.nn.LayerNorm)
+        assert not hasattr(seq, "seq_norm")
+    ids = torch.randint(0, 256, (2, 9))
+    with torch.no_grad():
+        full, _ = model(ids)
+        logits, cache = model(ids[:, :5])
+        rest, _ = model(ids[:, 5:], cache)
+    torch.testing.assert_close(torch.cat([logits, rest], 1), full, rtol=0, atol=1e-10)
 
 
 def test_config_preset_and_from_dict_errors_are_value_errors():

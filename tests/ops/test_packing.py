@@ -8,23 +8,12 @@ import torch
 from fastweights import ops
 from fastweights.layers import SEQUENCE_LAYERS, make_sequence_layer
 from fastweights.ops.packing import check_cu_seqlens, select_state, stack_states
+from tests.conftest import state_tensors
 
 F64 = torch.float64
 LENGTHS = (17, 23)
 CU = torch.tensor([0, 17, 40])
 H, D = 2, 4
-
-
-def _tensors(state):
-    if state is None:
-        return []
-    if isinstance(state, torch.Tensor):
-        return [state]
-    if isinstance(state, dict):
-        return [t for k in sorted(state) for t in _tensors(state[k])]
-    if isinstance(state, (tuple, list)):
-        return [t for s in state for t in _tensors(s)]
-    return []  # ints such as the TTT mini-batch offset
 
 
 def _op_case(name):
@@ -85,7 +74,7 @@ def test_packed_op_equals_separate_runs_with_gradients(name, with_state):
     seqs, extra, state = _op_case(name)
     if not with_state:
         state = None
-    leaves = [s.requires_grad_(True) for s in seqs] + [t.requires_grad_(True) for t in _tensors(state)]
+    leaves = [s.requires_grad_(True) for s in seqs] + [t.requires_grad_(True) for t in state_tensors(state)]
     out, final = _call(name, seqs, extra, initial_state=state, output_final_state=True, cu_seqlens=CU)
     assert out.shape[:2] == (1, sum(LENGTHS))
     outs, finals = [], []
@@ -97,11 +86,11 @@ def test_packed_op_equals_separate_runs_with_gradients(name, with_state):
     expected = torch.cat(outs, 1)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     expected_final = stack_states(finals)
-    for u, v in zip(_tensors(final), _tensors(expected_final), strict=True):
+    for u, v in zip(state_tensors(final), state_tensors(expected_final), strict=True):
         torch.testing.assert_close(u, v, rtol=0, atol=1e-12)
     g_out = torch.randn_like(out)
-    loss = (out * g_out).sum() + sum(t.sum() for t in _tensors(final))
-    loss_ref = (expected * g_out).sum() + sum(t.sum() for t in _tensors(expected_final))
+    loss = (out * g_out).sum() + sum(t.sum() for t in state_tensors(final))
+    loss_ref = (expected * g_out).sum() + sum(t.sum() for t in state_tensors(expected_final))
     got = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True)
     want = torch.autograd.grad(loss_ref, leaves, allow_unused=True, materialize_grads=True)
     for u, v in zip(got, want, strict=True):
@@ -151,7 +140,7 @@ def test_packed_layer_equals_separate_runs(name, with_state):
     expected = torch.cat(outs, 1)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     expected_final = stack_states(finals, batch_dim=1 if name == "lstm" else 0)
-    for u, v in zip(_tensors(final), _tensors(expected_final), strict=True):
+    for u, v in zip(state_tensors(final), state_tensors(expected_final), strict=True):
         torch.testing.assert_close(u, v, rtol=0, atol=1e-12)
     g = torch.randn_like(out)
     (gx,) = torch.autograd.grad((out * g).sum(), x)

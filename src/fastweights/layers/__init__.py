@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastweights.layers.attention import LinearAttentionLayer, SoftmaxAttentionLayer
-from fastweights.layers.base import SequenceLayer
+from fastweights.layers.base import BLOCK_FORMS, SequenceLayer, check_block
 from fastweights.layers.deltanet import DeltaNetLayer
 from fastweights.layers.feedforward import FeedForward
 from fastweights.layers.lstm import LSTMLayer
@@ -14,6 +14,7 @@ from fastweights.layers.srwm import SRWMLayer
 from fastweights.layers.ttt import TTTLinearLayer, TTTMLPLayer
 
 __all__ = [
+    "BLOCK_FORMS",
     "DeltaNetLayer",
     "FeedForward",
     "LSTMLayer",
@@ -28,18 +29,20 @@ __all__ = [
     "layer_options_for",
     "per_layer_options",
     "SEQUENCE_LAYERS",
+    "check_block",
+    "check_block_options",
 ]
 
-# name → (class, defaults of its keyword options)
-_REGISTRY: dict[str, tuple[type[SequenceLayer], dict[str, Any]]] = {
-    "srwm": (SRWMLayer, {}),
-    "deltanet": (DeltaNetLayer, {}),
-    "sr_deltanet": (SRDeltaNetLayer, {}),
-    "linear_attention": (LinearAttentionLayer, {}),
-    "softmax_attention": (SoftmaxAttentionLayer, {}),
-    "lstm": (LSTMLayer, {}),
-    "ttt_linear": (TTTLinearLayer, {"residual": True}),
-    "ttt_mlp": (TTTMLPLayer, {"residual": True, "ttt_base_lr": 0.1}),
+# name → (class, defaults of its keyword options, further defaults of its native block form)
+_REGISTRY: dict[str, tuple[type[SequenceLayer], dict[str, Any], dict[str, Any]]] = {
+    "srwm": (SRWMLayer, {}, {}),
+    "deltanet": (DeltaNetLayer, {}, {}),
+    "sr_deltanet": (SRDeltaNetLayer, {}, {}),
+    "linear_attention": (LinearAttentionLayer, {}, {}),
+    "softmax_attention": (SoftmaxAttentionLayer, {}, {}),
+    "lstm": (LSTMLayer, {}, {}),
+    "ttt_linear": (TTTLinearLayer, {}, {"residual": True}),
+    "ttt_mlp": (TTTMLPLayer, {"ttt_base_lr": 0.1}, {"residual": True}),
 }
 SEQUENCE_LAYERS = tuple(_REGISTRY)
 
@@ -51,17 +54,22 @@ def make_sequence_layer(
 
     ``options`` are passed to the layer's constructor (e.g. ``rope=True`` for ``"softmax_attention"``,
     ``mini_batch_size=8`` for the TTT layers) over these defaults: ``"ttt_linear"`` / ``"ttt_mlp"``
-    are the TTT layers in pre-norm residual form (``residual=True``), Transformer backbone, mini-batch
-    16, ``ttt_base_lr`` 1.0 / 0.1 (ttt-lm-jax). ``"sr_deltanet"`` is SR-Delta (a DeltaNet whose
-    projection is an SRWM; Irie et al. 2022).
+    are the TTT layers in pre-norm residual form (``residual=True``, unless ``block="pre_ln"``),
+    Transformer backbone, mini-batch 16, ``ttt_base_lr`` 1.0 / 0.1 (ttt-lm-jax). ``"sr_deltanet"`` is
+    SR-Delta (a DeltaNet whose projection is an SRWM; Irie et al. 2022). Every layer takes
+    ``block`` (:data:`BLOCK_FORMS`: ``"native"``, its own form, or ``"pre_ln"``, the same pre-LN
+    residual block ``x + Dropout(W_o · core(LN(x)))`` for all; see
+    :class:`~fastweights.layers.base.SequenceLayer`).
 
     Raises:
-        ValueError: for an unknown name.
+        ValueError: for an unknown name or ``block``.
         TypeError: for an option the layer does not accept (named by Python).
     """
     if name not in _REGISTRY:
         raise ValueError(f"sequence_layer: expected one of {SEQUENCE_LAYERS}, got {name!r}")
-    cls, defaults = _REGISTRY[name]
+    cls, defaults, native = _REGISTRY[name]
+    if check_block(options.get("block", "native")) == "native":
+        defaults = {**defaults, **native}
     return cls(d_model, num_heads, dropout=dropout, **{**defaults, **options})
 
 
@@ -100,3 +108,18 @@ def layer_options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """
     per_layer = per_layer_options(options)
     return dict(options if per_layer is None else per_layer.get(name, {}))
+
+
+def check_block_options(options: dict[str, Any], key: str = "layer_options") -> None:
+    """The ``block`` entries of a ``layer_options`` mapping (either form of :func:`per_layer_options`)
+    name forms of :data:`BLOCK_FORMS` (checked without building a layer).
+
+    Raises:
+        ValueError: one line naming the key (``layer_options.block`` or ``layer_options.<layer>.block``),
+            the allowed forms and the value given; as :func:`per_layer_options` for a malformed mapping.
+    """
+    per_layer = per_layer_options(options)
+    entries = {key: options} if per_layer is None else {f"{key}.{n}": o for n, o in per_layer.items()}
+    for where, entry in entries.items():
+        if "block" in entry:
+            check_block(entry["block"], f"{where}.block")

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_int
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.linear_attention import linear_attention
 
@@ -66,24 +66,36 @@ class LinearAttentionLayer(SequenceLayer):
     equal one call (values and gradients). :meth:`read` and :meth:`forward_with_reads` are exact
     closed forms of the generic one-step reads.
 
+    Block forms (``block``; see :class:`~fastweights.layers.base.SequenceLayer`): the native form is
+    already the uniform pre-LN residual ``out = x + Dropout(W_o · core(LN(x)))`` (``LN = layer_norm``,
+    ``W_o = out_linear``, ``core(h) = o`` above computed from ``a = h``; the pre-LN Transformer
+    sublayer, Xiong et al. 2020), so ``"native"`` and ``"pre_ln"`` are the same module.
+
     Args:
         d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
         num_heads: number of heads ``H``.
         dropout: dropout on the projected output.
         chunk_size: chunk length of the chunkwise-parallel op.
         eps: added to the normaliser ``q_t . z_t``.
+        block: ``"native"`` or ``"pre_ln"`` (the same form, above).
 
     Raises:
         ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
-            ``d_model`` (naming the argument), or for a non-positive ``chunk_size``.
+            ``d_model`` (naming the argument), for a non-positive ``chunk_size`` or an unknown ``block``.
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, *, dropout: float = 0.0, chunk_size: int = 64, eps: float = 1e-6
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        chunk_size: int = 64,
+        eps: float = 1e-6,
+        block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
+        self.set_heads(d_model, num_heads, block)
         self.chunk_size, self.eps = check_int("chunk_size", chunk_size), eps
         self.layer_norm = nn.LayerNorm(d_model)
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
@@ -93,9 +105,12 @@ class LinearAttentionLayer(SequenceLayer):
         self.dropout = nn.Dropout(dropout)
 
     def projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``x [B, T, D]`` → ``(q, k, v [B, T, H, E])`` with the feature map applied to ``q`` and ``k``."""
-        b, t, _ = x.shape
-        a = self.layer_norm(x)
+        """Layer input ``x [B, T, D]`` → ``(q, k, v [B, T, H, E])`` with the feature map applied to ``q``
+        and ``k`` (from the block input ``LN(x)``)."""
+        return self._project(self.block_input(x))
+
+    def _project(self, a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        b, t, _ = a.shape
         q, k, v = (
             p(a).reshape(b, t, self.num_heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj)
         )
@@ -124,22 +139,29 @@ class LinearAttentionLayer(SequenceLayer):
         dtype = torch.promote_types(s.dtype, z.dtype)
         return torch.cat([s.to(dtype), z.to(dtype).unsqueeze(-1)], dim=-1)
 
-    def _output(self, x: Tensor, o_aug: Tensor) -> Tensor:
-        """Normalise ``o_aug [B, T, H, E+1]`` (numerator | normaliser) and apply the residual branch."""
+    def _normalise(self, o_aug: Tensor) -> Tensor:
+        """``o_aug [B, T, H, E+1]`` (numerator | normaliser) → the core's output ``[B, T, D]``."""
         o = o_aug[..., :-1] / (o_aug[..., -1:] + self.eps)
-        b, t, _ = x.shape
-        return x + self.dropout(self.out_linear(o.reshape(b, t, self.d_model)))
+        b, t = o.shape[:2]
+        return o.reshape(b, t, self.d_model)
 
-    def forward_unpacked(
-        self, x: Tensor, state: LinearAttentionState | None = None
-    ) -> tuple[Tensor, LinearAttentionState]:
-        """``x [B, T, D]`` → ``(out [B, T, D], (S [B, H, E, E], z [B, H, E]))``."""
-        self._check_state(x, state)
-        return self._forward(x, *self.projections(x), state)
+    def _output(self, x: Tensor, o_aug: Tensor) -> Tensor:
+        """Normalise ``o_aug [B, T, H, E+1]`` and apply the block around the core."""
+        return self.block_output(x, self._normalise(o_aug))
 
-    def _forward(
-        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None
+    def core(
+        self, h: Tensor, state: LinearAttentionState | None = None
     ) -> tuple[Tensor, LinearAttentionState]:
+        """Normalised causal linear attention of ``h [B, T, D]`` → ``(c [B, T, D], (S [B, H, E, E],
+        z [B, H, E]))``."""
+        self._check_state(h, state)
+        o_aug, new_state = self._attend(*self._project(h), state)
+        return self._normalise(o_aug), new_state
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None
+    ) -> tuple[Tensor, LinearAttentionState]:
+        """``(o_aug [B, T, H, E+1], final state)`` of the chunked op on ``q, k, v [B, T, H, E]``."""
         o_aug, s_aug = linear_attention(
             q,
             k,
@@ -149,7 +171,7 @@ class LinearAttentionLayer(SequenceLayer):
             chunk_size=self.chunk_size,
         )
         assert s_aug is not None
-        return self._output(x, o_aug), (s_aug[..., :-1], s_aug[..., -1])
+        return o_aug, (s_aug[..., :-1], s_aug[..., -1])
 
     def read(self, x: Tensor, state: LinearAttentionState | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]`` from ``state``, each after its own (discarded)
@@ -175,7 +197,8 @@ class LinearAttentionLayer(SequenceLayer):
         self.check_reads(x, x_read)
         self._check_state(x, state)
         q, k, v = self.projections(x)
-        out, new_state = self._forward(x, q, k, v, state)
+        o_aug, new_state = self._attend(q, k, v, state)
+        out = self._output(x, o_aug)
         qr, kr, vr = self.projections(x_read)
         t = x.shape[1]
         k_prev = nn.functional.pad(k, (0, 0, 0, 0, 1, 0))[:, :t]  # k_prev[t] = k[t - 1], k_prev[0] = 0
@@ -209,17 +232,24 @@ class SoftmaxAttentionLayer(SequenceLayer):
     the generic one-step reads (with RoPE, a read is the step after the state it reads: position
     ``T_past`` for :meth:`read`, ``T_past + i`` for read ``i`` of :meth:`forward_with_reads`).
 
+    Block forms (``block``; see :class:`~fastweights.layers.base.SequenceLayer`): the native form is
+    already the uniform pre-LN residual ``out = x + Dropout(W_o · core(LN(x)))`` (``LN = layer_norm``,
+    ``W_o = out_linear``, ``core(h)`` = the heads' attention outputs for ``q, k, v = W_qkv h``,
+    concatenated; Vaswani et al. 2017 §3.2 with the pre-LN placement of Xiong et al. 2020), so
+    ``"native"`` and ``"pre_ln"`` are the same module.
+
     Args:
         d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
         num_heads: number of heads ``H``.
         dropout: dropout on the projected output (no dropout on the attention weights).
         rope: apply the rotary position embedding to ``q`` and ``k``.
         rope_theta: RoPE base (Llama: 10000).
+        block: ``"native"`` or ``"pre_ln"`` (the same form, above).
 
     Raises:
         ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
-            ``d_model`` (naming the argument), or with ``rope=True`` if the head dim ``E`` is odd or
-            ``rope_theta`` is not positive.
+            ``d_model`` (naming the argument), with ``rope=True`` if the head dim ``E`` is odd or
+            ``rope_theta`` is not positive, or for an unknown ``block``.
     """
 
     def __init__(
@@ -230,10 +260,10 @@ class SoftmaxAttentionLayer(SequenceLayer):
         dropout: float = 0.0,
         rope: bool = False,
         rope_theta: float = 10000.0,
+        block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
+        self.set_heads(d_model, num_heads, block)
         if rope and self.head_dim % 2:
             raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
         if rope and not rope_theta > 0:
@@ -245,9 +275,13 @@ class SoftmaxAttentionLayer(SequenceLayer):
         self.dropout = nn.Dropout(dropout)
 
     def projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``x [B, T, D]`` → ``(q, k, v [B, H, T, E])`` (the layout of ``scaled_dot_product_attention``)."""
-        b, t, _ = x.shape
-        p = self.qkv(self.layer_norm(x)).reshape(b, t, 3, self.num_heads, self.head_dim)
+        """Layer input ``x [B, T, D]`` → ``(q, k, v [B, H, T, E])`` (the layout of
+        ``scaled_dot_product_attention``; from the block input ``LN(x)``, not rotated)."""
+        return self._project(self.block_input(x))
+
+    def _project(self, a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        b, t, _ = a.shape
+        p = self.qkv(a).reshape(b, t, 3, self.num_heads, self.head_dim)
         q, k, v = p.permute(2, 0, 3, 1, 4).unbind(0)
         return q, k, v
 
@@ -284,28 +318,33 @@ class SoftmaxAttentionLayer(SequenceLayer):
             return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
+    def _merge(self, o: Tensor) -> Tensor:
+        """Heads ``o [B, H, T, E]`` → the core's output ``[B, T, D]``."""
+        b, _, t, _ = o.shape
+        return o.transpose(1, 2).reshape(b, t, self.d_model)
+
     def _output(self, x: Tensor, o: Tensor) -> Tensor:
-        b, t, _ = x.shape
-        return x + self.dropout(self.out_linear(o.transpose(1, 2).reshape(b, t, self.d_model)))
+        return self.block_output(x, self._merge(o))
 
     def _state(self, k: Tensor, v: Tensor) -> KVCache:
         dtype = _state_dtype(k.dtype)
         return k.to(dtype), v.to(dtype)
 
-    def forward_unpacked(self, x: Tensor, state: KVCache | None = None) -> tuple[Tensor, KVCache]:
-        """``x [B, T, D]`` → ``(out [B, T, D], (K, V) [B, H, T_past + T, E])``."""
-        q, k, v = self.projections(x)
-        k_past, v_past = self._cache(x, state, k)
-        tp, t = k_past.shape[2], x.shape[1]
-        pos = tp + torch.arange(t, device=x.device)
+    def core(self, h: Tensor, state: KVCache | None = None) -> tuple[Tensor, KVCache]:
+        """Causal attention of ``h [B, T, D]`` after the cache → ``(c [B, T, D], (K, V) [B, H,
+        T_past + T, E])``."""
+        q, k, v = self._project(h)
+        k_past, v_past = self._cache(h, state, k)
+        tp, t = k_past.shape[2], h.shape[1]
+        pos = tp + torch.arange(t, device=h.device)
         q, k = self.rotate(q, pos), self.rotate(k, pos)
         keys, values = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
         allowed = None
         if tp > 0:  # query i sees every cached key and its own prefix: key j <= T_past + i
-            i = torch.arange(t, device=x.device)[:, None]
-            j = torch.arange(tp + t, device=x.device)[None, :]
+            i = torch.arange(t, device=h.device)[:, None]
+            j = torch.arange(tp + t, device=h.device)[None, :]
             allowed = j <= tp + i
-        return self._output(x, self._attend(q, keys, values, allowed)), self._state(keys, values)
+        return self._merge(self._attend(q, keys, values, allowed)), self._state(keys, values)
 
     def read(self, x: Tensor, state: KVCache | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]``: query ``i`` attends to the cache and to its own key

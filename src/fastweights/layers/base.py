@@ -7,10 +7,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fastweights.checks import check_finite, check_int
+from fastweights.checks import check_choice, check_finite, check_int
 from fastweights.ops.packing import run_packed
 
-__all__ = ["SequenceLayer", "check_heads", "check_input_dtype", "check_layer_input"]
+__all__ = [
+    "BLOCK_FORMS",
+    "SequenceLayer",
+    "check_block",
+    "check_heads",
+    "check_input_dtype",
+    "check_layer_input",
+]
+
+#: the block forms every sequence layer accepts as ``block=`` (see :class:`SequenceLayer`)
+BLOCK_FORMS = ("native", "pre_ln")
 
 # the method that converts a module or tensor to a dtype (named in the dtype error's hint)
 _CONVERT = {
@@ -33,6 +43,16 @@ def check_heads(d_model: object, num_heads: object) -> int:
     if d % h:
         raise ValueError(f"d_model: expected a multiple of num_heads={h}, got {d}")
     return d // h
+
+
+def check_block(block: object, name: str = "block") -> str:
+    """Validate a layer's ``block`` option (one of :data:`BLOCK_FORMS`) and return it.
+
+    Raises:
+        ValueError: naming ``name``, the allowed forms and the value given.
+    """
+    check_choice(name, block, BLOCK_FORMS)
+    return str(block)
 
 
 def check_layer_input(x: Tensor, d_model: int, name: str = "x") -> None:
@@ -73,12 +93,88 @@ class SequenceLayer(nn.Module):
 
     ``out, state = layer(x [B, T, d_model], state=None)``: ``state=None`` starts from the slow
     weights; the returned state continues the sequence exactly (one call over a concatenation equals
-    two calls with the state carried). Subclasses implement :meth:`forward_unpacked`; validation of
-    ``x`` and packing of variable-length sequences (``cu_seqlens``) are handled here for every layer.
+    two calls with the state carried). Validation of ``x`` and packing of variable-length sequences
+    (``cu_seqlens``) are handled here for every layer.
+
+    **Block form.** Every layer is a *core* (its recurrence with its own input and key/query/value
+    projections, :meth:`core`: ``h [B, T, D]`` → ``c [B, T, D]``) inside a *block* (the norm, the
+    residual branch and the output projection ``W_o`` around it), chosen by the constructor option
+    ``block`` (:data:`BLOCK_FORMS`):
+
+    - ``"native"`` (the default): the layer's own form, as in the paper or reference code it follows
+      (each layer's docstring gives it; e.g. the SRWM's ``LN(x) + W_o · core(x)``). Parameters, state
+      dict keys and outputs are those of the layer before the option existed.
+    - ``"pre_ln"``: the same pre-LayerNorm residual block for every layer,
+      ``out = x + Dropout(W_o · core(LN(x)))`` with ``LN = nn.LayerNorm(D)`` (the layer's
+      ``layer_norm``) and ``W_o`` a bias-free ``D × D`` linear map (:attr:`output_projection`), so that
+      swapping one layer for another changes only the core. Layers whose native form is already this
+      (DeltaNet, linear and softmax attention) are the same module under both names; the others
+      gain or reuse a norm or ``W_o`` (see their docstrings).
+
+    Subclasses implement :meth:`core` and, when their native form is not ``"pre_ln"``,
+    :meth:`native_input` / :meth:`native_output`; :meth:`forward_unpacked` is
+    ``block_output(x, core(block_input(x), state))``.
     """
 
     d_model: int
+    num_heads: int
+    head_dim: int
     state_batch_dim: int = 0  # the batch dimension of the state's tensors
+    block: str = "native"  # the block form (set by the constructor through :meth:`set_block`)
+
+    def set_block(self, block: str) -> None:
+        """Validate and record the constructor's ``block`` option (call it before building modules).
+
+        Raises:
+            ValueError: naming ``block`` unless it is one of :data:`BLOCK_FORMS`.
+        """
+        self.block = check_block(block)
+
+    def set_heads(self, d_model: int, num_heads: int, block: str) -> None:
+        """Validate and record a multi-head layer's ``d_model``, ``num_heads``, its head dim
+        ``head_dim = d_model / num_heads`` and its ``block`` (call it first in the constructor).
+
+        Raises:
+            ValueError: naming ``d_model`` or ``num_heads`` (see :func:`check_heads`) or ``block``.
+        """
+        self.head_dim = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
+        self.set_block(block)
+
+    @property
+    def output_projection(self) -> nn.Module:
+        """``W_o``: the linear map from the core's output to the residual stream (``out_linear``; the TTT
+        layers' ``o_proj``; the native LSTM has none)."""
+        return self.out_linear
+
+    def native_input(self, x: Tensor) -> Tensor:
+        """What the core reads in the native form, ``[B, T, D]``; the default is ``LN(x)`` (pre-LN)."""
+        return self.layer_norm(x)
+
+    def native_output(self, x: Tensor, c: Tensor) -> Tensor:
+        """The native block's output ``[B, T, D]`` from its input ``x`` and the core's output ``c``; the
+        default is the pre-LN residual ``x + Dropout(W_o · c)``."""
+        return x + self.dropout(self.output_projection(c))
+
+    def block_input(self, x: Tensor) -> Tensor:
+        """What the core reads for the block input ``x [B, T, D]``: ``LN(x)`` in the ``"pre_ln"`` form,
+        :meth:`native_input` in the native form."""
+        if self.block == "pre_ln":
+            return self.layer_norm(x)
+        return self.native_input(x)
+
+    def block_output(self, x: Tensor, c: Tensor) -> Tensor:
+        """The block's output ``[B, T, D]`` from its input ``x [B, T, D]`` and the core's output ``c``
+        ``[B, T, D]``: ``x + Dropout(W_o · c)`` in the ``"pre_ln"`` form, :meth:`native_output` in the
+        native form."""
+        if self.block == "pre_ln":
+            return x + self.dropout(self.output_projection(c))
+        return self.native_output(x, c)
+
+    def core(self, h: Tensor, state: Any = None) -> tuple[Tensor, Any]:  # pragma: no cover
+        """The layer's recurrence without its block: ``h [B, T, D]`` (the block input, already
+        normalised where the form normalises) → ``(c [B, T, D], final state)``; validates ``state``."""
+        raise NotImplementedError
 
     def check_input(self, x: Tensor, name: str = "x") -> None:
         """Validate an input of this layer: a finite float tensor ``[B, T, d_model]`` in the dtype of
@@ -118,10 +214,12 @@ class SequenceLayer(nn.Module):
             batch_dim=self.state_batch_dim,
         )
 
-    def forward_unpacked(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:  # pragma: no cover
-        """The layer's recurrence on an unpacked batch ``x [B, T, d_model]`` already validated by
-        :meth:`forward` (see there); validates ``state``."""
-        raise NotImplementedError
+    def forward_unpacked(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:
+        """The block on an unpacked batch ``x [B, T, d_model]`` already validated by :meth:`forward`
+        (see there): ``block_output(x, c)`` with ``c, state = core(block_input(x), state)``; validates
+        ``state``."""
+        c, new_state = self.core(self.block_input(x), state)
+        return self.block_output(x, c), new_state
 
     def read(self, x: Tensor, state: Any = None) -> Tensor:
         """Process every position of ``x [B, Q, d_model]`` as an independent one-step continuation

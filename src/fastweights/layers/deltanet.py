@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_int
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.ops.delta_rule import delta_rule
 
 __all__ = ["DeltaNetLayer", "deltanet_layer_from_reference"]
@@ -34,6 +34,12 @@ def deltanet_layer_from_reference(sd: dict[str, Tensor], prefix: str = "") -> di
 class DeltaNetLayer(SequenceLayer):
     """DeltaNet sublayer, pre-LN residual: ``out = x + Dropout(out_linear(DeltaRule(LN(x))))``.
 
+    Block forms (``block``; see :class:`~fastweights.layers.base.SequenceLayer`): the native form is
+    already the uniform pre-LN residual ``out = x + Dropout(W_o · core(LN(x)))``, with ``LN =
+    layer_norm``, ``W_o = out_linear`` and ``core(h) = DeltaRule(slow_net(h))`` (the block of the
+    reference's ``FastFFlayer``, modern-srwm; the core is Schlag et al. 2021, Eq. 23-25, computed
+    chunkwise as in Yang et al. 2024), so ``"native"`` and ``"pre_ln"`` are the same module.
+
     Per head (Schlag et al. 2021): ``[q, k, v, b] = slow_net(LN(x))`` split as ``E, E, E, 1``;
     ``beta = sigmoid(b)``; ``q, k <- elu(.) + 1`` then divided by their sum over the ``E`` entries
     (positive, summing to 1, so ``||k|| <= 1`` and the update ``I - beta k^T k`` is a contraction); the
@@ -53,16 +59,24 @@ class DeltaNetLayer(SequenceLayer):
         num_heads: number of heads ``H``.
         dropout: dropout on the projected output.
         chunk_size: chunk length of the chunkwise-parallel delta rule.
+        block: ``"native"`` or ``"pre_ln"`` (the same form, above).
 
     Raises:
         ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
-            ``d_model`` (naming the argument), or for a non-positive ``chunk_size``.
+            ``d_model`` (naming the argument), for a non-positive ``chunk_size`` or an unknown ``block``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, chunk_size: int = 64) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        chunk_size: int = 64,
+        block: str = "native",
+    ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
+        self.set_heads(d_model, num_heads, block)
         check_int("chunk_size", chunk_size)
         self.chunk_size = chunk_size
         self.slow_net = nn.Linear(d_model, num_heads * (3 * self.head_dim + 1), bias=False)
@@ -71,10 +85,14 @@ class DeltaNetLayer(SequenceLayer):
         self.dropout = nn.Dropout(dropout)
 
     def projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``x [B, T, D]`` → ``(q, k, v [B, T, H, E], beta [B, T, H])`` as fed to the delta rule."""
-        b, t, _ = x.shape
+        """Layer input ``x [B, T, D]`` → ``(q, k, v [B, T, H, E], beta [B, T, H])`` as fed to the delta
+        rule (from the block input ``LN(x)``)."""
+        return self._project(self.block_input(x))
+
+    def _project(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        b, t, _ = h.shape
         e = self.head_dim
-        p = self.slow_net(self.layer_norm(x)).reshape(b, t, self.num_heads, 3 * e + 1)
+        p = self.slow_net(h).reshape(b, t, self.num_heads, 3 * e + 1)
         q, k, v, logit = p.split([e, e, e, 1], dim=-1)
         q = nn.functional.elu(q) + 1.0
         k = nn.functional.elu(k) + 1.0
@@ -82,13 +100,12 @@ class DeltaNetLayer(SequenceLayer):
         k = k / k.sum(dim=-1, keepdim=True)
         return q, k, v, torch.sigmoid(logit.squeeze(-1))
 
-    def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, E])``."""
-        q, k, v, beta = self.projections(x)
+    def core(self, h: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``DeltaRule(slow_net(h))``: ``h [B, T, D]`` → ``(c [B, T, D], fast weights [B, H, E, E])``."""
+        q, k, v, beta = self._project(h)
         o, new_state = delta_rule(
             q, k, v, beta, initial_state=state, output_final_state=True, chunk_size=self.chunk_size
         )
-        b, t, _ = x.shape
-        out = x + self.dropout(self.out_linear(o.reshape(b, t, self.d_model)))
+        b, t, _ = h.shape
         assert new_state is not None
-        return out, new_state
+        return o.reshape(b, t, self.d_model), new_state

@@ -23,6 +23,16 @@ LSTMState = tuple[Tensor, Tensor]
 class LSTMLayer(SequenceLayer):
     """LSTM sublayer, pre-LN residual: ``out = x + Dropout(LSTM(LN(x)))`` with ``nn.LSTM(D, D)``.
 
+    Block forms (``block``; see :class:`~fastweights.layers.base.SequenceLayer`), with the core
+    ``core(h) = LSTM(h)`` (the hidden states ``h_t``, Hochreiter & Schmidhuber 1997) and ``LN =
+    layer_norm``:
+
+    - ``"native"`` (default): ``out = x + Dropout(core(LN(x)))``: pre-LN residual without an output
+      projection (this library's form; the reference's LSTM baseline is a single ``nn.LSTM`` over the
+      features, with no residual).
+    - ``"pre_ln"``: ``out = x + Dropout(W_o · core(LN(x)))``: adds ``W_o = out_linear`` (bias-free
+      ``D × D``; state dict key ``out_linear.weight``).
+
     The state is ``(h, c)``, each ``[1, B, D]`` (``nn.LSTM``'s layout: batch is dimension 1; float32
     under half precision); ``None`` starts from zeros. ``nn.LSTM`` itself runs outside autocast in
     its parameters' dtype. Gradients flow through a carried state, so two
@@ -32,21 +42,28 @@ class LSTMLayer(SequenceLayer):
         d_model: model width ``D`` (input and hidden size).
         num_heads: ignored (but, as for every layer, a positive int); accepted so every sequence layer
             has the signature ``(d_model, num_heads, *, dropout)``.
-        dropout: dropout on the LSTM output.
+        dropout: dropout on the LSTM output (projected, with ``block="pre_ln"``).
+        block: ``"native"`` or ``"pre_ln"`` (above).
 
     Raises:
-        ValueError: unless ``d_model`` and ``num_heads`` are positive ints (naming the argument).
+        ValueError: unless ``d_model`` and ``num_heads`` are positive ints (naming the argument), or
+            for an unknown ``block``.
     """
 
     state_batch_dim = 1  # nn.LSTM keeps (h, c) as [num_layers=1, B, D]
 
-    def __init__(self, d_model: int, num_heads: int = 1, *, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, num_heads: int = 1, *, dropout: float = 0.0, block: str = "native"
+    ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model)
         check_int("num_heads", num_heads)
+        self.set_block(block)
         self.layer_norm = nn.LayerNorm(d_model)
         self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
         self.dropout = nn.Dropout(dropout)
+        if self.block == "pre_ln":
+            self.out_linear = nn.Linear(d_model, d_model, bias=False)
 
     def _check_state(self, x: Tensor, state: object) -> None:
         if state is None:
@@ -63,22 +80,33 @@ class LSTMLayer(SequenceLayer):
             )
             raise ValueError(f"state: expected a tuple (h, c), each [1, B, D] = {list(expected)}, got {got}")
 
+    def native_output(self, x: Tensor, c: Tensor) -> Tensor:
+        """``x + Dropout(c)``: no output projection (``c`` cast to ``x``'s dtype)."""
+        return x + self.dropout(c.to(x.dtype))
+
     def forward_unpacked(self, x: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
-        """``x [B, T, D]`` → ``(out [B, T, D], (h, c) each [1, B, D])``."""
-        self._check_state(x, state)
-        a = self.layer_norm(x)
-        dtype = torch.promote_types(a.dtype, torch.float32)
-        if x.shape[1] == 0:  # nn.LSTM rejects empty sequences
+        """``x [B, T, D]`` → ``(out [B, T, D], (h, c) each [1, B, D])``; ``T = 0`` returns ``x`` itself
+        (``nn.LSTM`` rejects empty sequences) and the state (float32 for half inputs) unchanged."""
+        if x.shape[1] == 0:
+            return x, self.core(self.block_input(x), state)[1]
+        return super().forward_unpacked(x, state)
+
+    def core(self, h: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
+        """``LSTM(h)``: ``h [B, T, D]`` → ``(y, (h_T, c_T))``: the hidden states ``y [B, T, D]`` (in the
+        parameters' dtype) and the final state, each ``[1, B, D]``."""
+        self._check_state(h, state)
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        if h.shape[1] == 0:  # nn.LSTM rejects empty sequences
             if state is None:
-                zeros = a.new_zeros(1, x.shape[0], self.d_model, dtype=dtype)
-                return x, (zeros, zeros)
-            return x, (state[0].to(dtype), state[1].to(dtype))
+                zeros = h.new_zeros(1, h.shape[0], self.d_model, dtype=dtype)
+                return h, (zeros, zeros)
+            return h, (state[0].to(dtype), state[1].to(dtype))
         # nn.LSTM runs outside autocast in its parameters' dtype (CPU has no float16 LSTM kernel)
         run_dtype = self.lstm.weight_ih_l0.dtype
         hc = None if state is None else (state[0].to(run_dtype), state[1].to(run_dtype))
-        with torch.autocast(x.device.type, enabled=False):
-            y, (h, c) = self.lstm(a.to(run_dtype), hc)
-        return x + self.dropout(y.to(x.dtype)), (h.to(dtype), c.to(dtype))
+        with torch.autocast(h.device.type, enabled=False):
+            y, (h_t, c_t) = self.lstm(h.to(run_dtype), hc)
+        return y, (h_t.to(dtype), c_t.to(dtype))
 
     def repeat_state(self, state: Any, repeats: int) -> Any:
         """Repeat every batch row of ``(h, c)`` ``repeats`` times along ``nn.LSTM``'s batch dim (1)."""

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_choice
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.ops._common import compute_dtype
 from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_reference, srwm_with_reads
 
@@ -26,9 +26,19 @@ def pack_srwm_blocks(w_y: Tensor, w_q: Tensor, w_k: Tensor, w_b: Tensor) -> Tens
 class SRWMLayer(SequenceLayer):
     """Self-referential weight matrix sublayer: ``out = LayerNorm(h) + Dropout(W_out · SRWM(h))``.
 
-    The SRWM reads the raw input ``h`` and the LayerNorm sits on the skip branch (the reference's
-    placement, ``SRWMlayer``). The state is the fast weights ``[B, H, E, 3E+4]`` (absolute values, not a
-    shift from the slow weights); ``None`` starts from the slow weights ``self.weight``.
+    Block forms (``block``; see :class:`~fastweights.layers.base.SequenceLayer`), with the core
+    ``core(h) = SRWM(φ(h))`` (``φ`` = the per-head input softmax with ``use_input_softmax``, else the
+    identity; the SRWM of Irie et al., ICML 2022, Eq. 5-8, read with the pre-update weights):
+
+    - ``"native"`` (default): ``out = LN(x) + Dropout(W_o · core(x))``. The SRWM reads the raw input
+      ``x`` and the LayerNorm sits on the skip branch: the placement of the reference code (modern-srwm
+      and automated-cl ``SRWMlayer``; the paper writes only the SRWM's own equations).
+    - ``"pre_ln"``: ``out = x + Dropout(W_o · core(LN(x)))``: the SRWM reads the normalised input and
+      the skip is the raw input. Same parameters and state dict keys (``layer_norm``, ``out_linear``).
+
+    ``LN`` is ``layer_norm`` (``nn.LayerNorm(D)``), ``W_o`` is ``out_linear`` (bias-free ``D × D``).
+    The state is the fast weights ``[B, H, E, 3E+4]`` (absolute values, not a shift from the slow
+    weights); ``None`` starts from the slow weights ``self.weight``.
 
     Args:
         d_model: model width ``D``; must be divisible by ``num_heads`` (``E = D / H``).
@@ -43,10 +53,11 @@ class SRWMLayer(SequenceLayer):
             ``"reference"`` (the per-step ``ops.srwm_reference``; reads and reads-beside-the-sequence
             through the generic :class:`SequenceLayer` forms built on it). Same parameters, values and
             gradients up to rounding; for parity checks in training. Settable after construction.
+        block: ``"native"`` or ``"pre_ln"`` (above).
 
     Raises:
         ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
-            ``d_model`` (naming the argument), or if ``init`` or ``impl`` is unknown.
+            ``d_model`` (naming the argument), or if ``init``, ``impl`` or ``block`` is unknown.
     """
 
     def __init__(
@@ -59,12 +70,12 @@ class SRWMLayer(SequenceLayer):
         init: str = "acl",
         beta_init: float = 0.0,
         impl: str = "fast",
+        block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
+        self.set_heads(d_model, num_heads, block)
         if init not in ("acl", "modern"):
             raise ValueError(f"init: expected 'acl' or 'modern', got {init!r}")
-        self.d_model, self.num_heads = d_model, num_heads
         self.use_input_softmax = use_input_softmax
         e = self.head_dim
         self.weight = nn.Parameter(torch.empty(num_heads, e, srwm_num_columns(e)))
@@ -100,13 +111,23 @@ class SRWMLayer(SequenceLayer):
         h = x.reshape(b, t, self.num_heads, self.head_dim)
         return torch.softmax(h, dim=-1) if self.use_input_softmax else h
 
+    def native_input(self, x: Tensor) -> Tensor:
+        """The native SRWM reads the raw input ``x``."""
+        return x
+
+    def native_output(self, x: Tensor, c: Tensor) -> Tensor:
+        """``LN(x) + Dropout(W_o · c)``: the reference's LayerNorm on the skip branch."""
+        return self.layer_norm(x) + self.dropout(self.out_linear(c))
+
     def _output(self, x: Tensor, y: Tensor) -> Tensor:
+        """The block's output from the SRWM's per-head output ``y [B, T, H, E]``."""
         b, t = y.shape[:2]
-        return self.layer_norm(x) + self.dropout(self.out_linear(y.reshape(b, t, self.d_model)))
+        return self.block_output(x, y.reshape(b, t, self.d_model))
 
     def initial_fast_weights(self, x: Tensor) -> Tensor:
-        """The fast weights ``[B, H, E, 3E+4]`` that ``self(x)`` (``state=None``) starts from, for
-        ``x [B, T, D]``: ``self.weight`` in ``x``'s dtype, then the op's compute dtype (float32 for half
+        """The fast weights ``[B, H, E, 3E+4]`` that the core starts from (``state=None``) on an input
+        ``x [B, T, D]`` (what the core reads: the layer input in the native form, ``LN(x)`` in
+        ``"pre_ln"``): ``self.weight`` in ``x``'s dtype, then the op's compute dtype (float32 for half
         inputs), expanded over the batch (a read-only view, differentiable in ``self.weight``).
 
         Equal in values and gradient to the state returned by a ``T = 0`` call, without running the op.
@@ -114,13 +135,14 @@ class SRWMLayer(SequenceLayer):
         w = self.weight.to(x.dtype).to(compute_dtype(x.dtype))
         return w.unsqueeze(0).expand(x.shape[0], *w.shape)
 
-    def forward_unpacked(self, x: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``x [B, T, D]`` → ``(out [B, T, D], fast weights [B, H, E, 3E+4])``."""
+    def core(self, h: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``SRWM(φ(h))``: ``h [B, T, D]`` → ``(c [B, T, D], fast weights [B, H, E, 3E+4])``."""
         op = srwm if self.impl == "fast" else srwm_reference
         y, new_state = op(
-            self._heads(x), self.weight.to(x.dtype), initial_state=state, output_final_state=True
+            self._heads(h), self.weight.to(h.dtype), initial_state=state, output_final_state=True
         )
-        return self._output(x, y), new_state
+        b, t, _ = h.shape
+        return y.reshape(b, t, self.d_model), new_state
 
     def forward_with_resets(self, x: Tensor, state: Tensor | None, reset: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`forward` with the fast weights of sequence ``b`` set back to the slow weights (the
@@ -152,15 +174,15 @@ class SRWMLayer(SequenceLayer):
         if not isinstance(reset, Tensor) or reset.dtype != torch.bool or reset.shape != (b, t_len):
             got = f"{reset.dtype} {list(reset.shape)}" if isinstance(reset, Tensor) else type(reset).__name__
             raise ValueError(f"reset: expected a bool tensor of shape [B, T] = {[b, t_len]}, got {got}")
-        s0 = self.initial_fast_weights(x)
+        hx = self.block_input(x)
+        s0 = self.initial_fast_weights(hx)
         if state is None:
             state = s0
-        if t_len == 0:
-            return self.forward_unpacked(x, state)
-        if bool(reset[:, 0].any()):
+        if bool(t_len) and bool(reset[:, 0].any()):
             state = torch.where(reset[:, 0].view(b, 1, 1, 1), s0, state)
-        if t_len == 1 or not bool(reset[:, 1:].any()):
-            return self.forward_unpacked(x, state)
+        if t_len <= 1 or not bool(reset[:, 1:].any()):
+            c, new_state = self.core(hx, state)
+            return self.block_output(x, c), new_state
         later = reset.clone()
         later[:, 0] = False  # resets after step 0 start extra rows
         pieces = later.sum(1)  # [B]
@@ -172,12 +194,12 @@ class SRWMLayer(SequenceLayer):
         rows = torch.arange(b, device=x.device)[:, None]
         row = torch.where(piece == 0, rows, b - 1 + first[:, None] + piece)
         index = (row * t_len + torch.arange(t_len, device=x.device)).flatten()  # into [B + R, T]
-        h = self._heads(x)
+        h = self._heads(hx)
         heads = h.new_zeros(b + extra, t_len, self.num_heads, self.head_dim)
         heads = heads.flatten(0, 1).index_copy(0, index, h.flatten(0, 1)).view_as(heads)
         start = torch.cat([state, s0[:1].expand(extra, *s0.shape[1:])])
         op = srwm if self.impl == "fast" else srwm_reference
-        y, final = op(heads, self.weight.to(x.dtype), initial_state=start, output_final_state=True)
+        y, final = op(heads, self.weight.to(hx.dtype), initial_state=start, output_final_state=True)
         y = y.flatten(0, 1).index_select(0, index).view(b, t_len, self.num_heads, self.head_dim)
         final = final.index_select(0, row[:, -1])
         return self._output(x, y), final
@@ -187,7 +209,8 @@ class SRWMLayer(SequenceLayer):
         if self.impl == "reference":
             return super().read(x, state)
         self.check_input(x)
-        y = srwm_read(self._heads(x), self.weight.to(x.dtype), state=state)
+        hx = self.block_input(x)
+        y = srwm_read(self._heads(hx), self.weight.to(hx.dtype), state=state)
         return self._output(x, y)
 
     def forward_with_reads(
@@ -197,7 +220,8 @@ class SRWMLayer(SequenceLayer):
         if self.impl == "reference":
             return super().forward_with_reads(x, x_read, state)
         self.check_reads(x, x_read)
+        hx, hx_read = self.block_input(x), self.block_input(x_read)
         y, y_read, new_state = srwm_with_reads(
-            self._heads(x), self._heads(x_read), self.weight.to(x.dtype), initial_state=state
+            self._heads(hx), self._heads(hx_read), self.weight.to(hx.dtype), initial_state=state
         )
         return self._output(x, y), self._output(x_read, y_read), new_state

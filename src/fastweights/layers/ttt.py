@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fastweights.checks import check_int
-from fastweights.layers.base import SequenceLayer, check_heads
+from fastweights.layers.base import SequenceLayer
 from fastweights.layers.conv import causal_depthwise_conv
 from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.ttt import ttt_linear, ttt_mlp
@@ -47,14 +47,19 @@ class _TTTBase(SequenceLayer):
         conv_kernel: int = 4,
         residual: bool = False,
         dropout: float = 0.0,
+        block: str = "native",
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, num_heads)
+        self.set_heads(d_model, num_heads, block)
+        if residual and self.block != "native":
+            raise ValueError(
+                f"residual: expected False with block={self.block!r} (its residual and LayerNorm are the "
+                "block's; residual=True is the native form's RMSNorm residual), got True"
+            )
         if self.head_dim % 2:
             raise ValueError(f"d_model: expected an even head dim for RoPE, got {self.head_dim}")
         check_int("mini_batch_size", mini_batch_size)
         check_int("conv_kernel", conv_kernel)
-        self.d_model, self.num_heads = d_model, num_heads
         self.mini_batch_size, self.ttt_base_lr, self.rope_theta = mini_batch_size, ttt_base_lr, rope_theta
         self.share_qk, self.use_gate, self.conv_kernel, self.residual = (
             share_qk,
@@ -81,6 +86,9 @@ class _TTTBase(SequenceLayer):
         self.post_norm = nn.LayerNorm(c, eps=1e-6)
         if residual:
             self.seq_norm = nn.RMSNorm(c, eps=1e-6)
+            self.dropout = nn.Dropout(dropout)
+        if self.block == "pre_ln":
+            self.layer_norm = nn.LayerNorm(c)
             self.dropout = nn.Dropout(dropout)
 
     # ----------------------------------------------------------------------------- pieces
@@ -124,13 +132,38 @@ class _TTTBase(SequenceLayer):
         k = apply_rotary(xk.to(dt).reshape(shape), cos, sin, interleaved=True)
         return q, k, xv.reshape(shape), new_conv
 
+    @property
+    def output_projection(self) -> nn.Module:
+        """``W_o``: the reference's ``o_proj``."""
+        return self.o_proj
+
+    def native_input(self, x: Tensor) -> Tensor:
+        """``RMSNorm(x)`` (``seq_norm``) with ``residual=True``, else the raw ``x``."""
+        return self.seq_norm(x) if self.residual else x
+
+    def native_output(self, x: Tensor, c: Tensor) -> Tensor:
+        """``x + Dropout(o_proj(c))`` with ``residual=True``, else ``o_proj(c)`` (the bare reference
+        module)."""
+        y = self.o_proj(c)
+        return x + self.dropout(y) if self.residual else y
+
     def forward_unpacked(self, x: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
-        """``x [B, T, C]`` → ``(out [B, T, C], state)``.
+        """``x [B, T, C]`` → ``(out [B, T, C], state)`` (state and errors: see :meth:`core`); the token
+        scales are computed in ``x``'s dtype."""
+        c, new_state = self.core(self.block_input(x), state, scale_dtype=x.dtype)
+        return self.block_output(x, c), new_state
+
+    def core(
+        self, h: Tensor, state: dict | None = None, *, scale_dtype: torch.dtype | None = None
+    ) -> tuple[Tensor, dict]:
+        """The TTT layer up to ``o_proj``: ``h [B, T, C]`` → ``(c [B, T, C], state)`` with
+        ``c = [GELU_tanh(g_proj(h)) *] post_norm(TTT(q, k, v of h))``.
 
         ``state`` (``None`` = slow weights) is a dict: the inner-loop state of :mod:`fastweights.ops.ttt`
         (``"W1_states"``, ``"W1_grad"``, …, ``"offset"`` = tokens consumed mod ``b``) plus ``"conv_qk"``
         ``[B, C, conv_kernel]`` with ``share_qk``. Any split of a sequence into calls (e.g. prefill, then
-        one token at a time) gives the outputs of one call over the whole sequence.
+        one token at a time) gives the outputs of one call over the whole sequence. ``scale_dtype``: the
+        dtype of the position scales (:meth:`token_scale`; ``None``: ``h``'s).
 
         Raises:
             ValueError: if ``state`` is malformed (``x`` is validated by :meth:`forward`).
@@ -145,20 +178,19 @@ class _TTTBase(SequenceLayer):
             raise ValueError(f"state: expected an int 'offset', got {offset!r}")
         conv_qk = None if state is None else state.get("conv_qk")
         if self.share_qk and state is not None:
-            expected = (x.shape[0], self.d_model, self.conv_kernel)
+            expected = (h.shape[0], self.d_model, self.conv_kernel)
             if not isinstance(conv_qk, Tensor) or tuple(conv_qk.shape) != expected:
                 got = list(conv_qk.shape) if isinstance(conv_qk, Tensor) else type(conv_qk).__name__
                 raise ValueError(f"state: expected 'conv_qk' of shape {list(expected)}, got {got}")
-        h_in = self.seq_norm(x) if self.residual else x
-        q, k, v, conv = self.qkv(h_in, offset, conv_qk)
-        lr = self.learning_rate(h_in).to(q.dtype)
+        q, k, v, conv = self.qkv(h, offset, conv_qk)
+        lr = self.learning_rate(h).to(q.dtype)
         op = ttt_linear if self._inner == "linear" else ttt_mlp
         o, new_state = op(
             q,
             k,
             v,
             lr,
-            self.token_scale(x.dtype),
+            self.token_scale(h.dtype if scale_dtype is None else scale_dtype),
             *self._inner_params().values(),
             self.ttt_norm_weight,
             self.ttt_norm_bias,
@@ -166,14 +198,11 @@ class _TTTBase(SequenceLayer):
             output_final_state=True,
         )
         assert new_state is not None
-        y = self.post_norm(o.reshape(x.shape))
+        y = self.post_norm(o.reshape(h.shape))
         if self.use_gate:
-            y = F.gelu(self.g_proj(h_in), approximate="tanh") * y
-        y = self.o_proj(y)
+            y = F.gelu(self.g_proj(h), approximate="tanh") * y
         if conv is not None:
             new_state["conv_qk"] = conv
-        if self.residual:
-            y = x + self.dropout(y)
         return y, new_state
 
     def repeat_state(self, state: Any, repeats: int) -> Any:
@@ -193,6 +222,19 @@ _LAYER_DOC = """
     mini-batch TTT inner loop (:mod:`fastweights.ops.ttt`, dual form); ``post_norm`` (LayerNorm over
     ``d_model``, eps 1e-6); ``use_gate``: ``GELU_tanh(g_proj(x)) *``; ``o_proj``.
 
+    Block forms (``block``; see :class:`~fastweights.layers.base.SequenceLayer`), with the core
+    ``core(h) = [GELU_tanh(g_proj(h)) *] post_norm(TTT(h))`` (everything above up to ``o_proj``) and
+    ``W_o = o_proj``:
+
+    - ``"native"`` (default), ``residual=False``: ``out = W_o · core(x)``: the bare reference module
+      (``TTTLinear`` / ``TTTMLP``), no norm, no residual.
+    - ``"native"``, ``residual=True`` (the default of :func:`fastweights.layers.make_sequence_layer`):
+      ``out = x + Dropout(W_o · core(RMSNorm(x)))``: the reference ``Block``'s sequence-modelling
+      sublayer (Sun et al. 2024, §2.7, "Backbone architecture"), ``RMSNorm = seq_norm`` (eps 1e-6,
+      weight only).
+    - ``"pre_ln"``: ``out = x + Dropout(W_o · core(LN(x)))``, ``LN = layer_norm`` (``nn.LayerNorm(C)``,
+      eps 1e-5, weight and bias) instead of ``seq_norm``; ``residual`` must be False.
+
     Parameter names equal the reference state_dict keys (``learnable_token_idx``,
     ``learnable_ttt_lr_weight``, ``learnable_ttt_lr_bias``, ``ttt_norm_weight/bias``, ``q/k/v/o_proj``,
     ``conv_q/conv_k``, ``g_proj``, ``post_norm``, {inner}), so reference state dicts load directly.
@@ -206,13 +248,15 @@ _LAYER_DOC = """
         share_qk, use_gate, conv_kernel: the Mamba-backbone options of the reference.
         residual: ``False`` (default) = the bare reference module. ``True`` adds a pre-norm residual
             wrapper ``x + Dropout(layer(RMSNorm(x)))`` (extra parameter ``seq_norm.weight``), the form used
-            by :func:`fastweights.layers.make_sequence_layer`.
-        dropout: dropout on the residual branch (only with ``residual=True``).
+            by :func:`fastweights.layers.make_sequence_layer`. Native form only.
+        dropout: dropout on the residual branch (only with ``residual=True`` or ``block="pre_ln"``).
+        block: ``"native"`` or ``"pre_ln"`` (above).
 
     Raises:
         ValueError: unless ``d_model`` and ``num_heads`` are positive ints with ``num_heads`` dividing
             ``d_model`` into an even head dim, and ``mini_batch_size`` and ``conv_kernel`` are positive
-            ints (naming the argument).
+            ints (naming the argument); for an unknown ``block``, or ``residual=True`` with
+            ``block="pre_ln"``.
 """
 
 

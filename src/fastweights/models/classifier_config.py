@@ -11,7 +11,13 @@ from typing import Any
 from torch import nn
 
 from fastweights.checks import check_choice, check_int, check_ints, check_real
-from fastweights.layers import SEQUENCE_LAYERS, layer_options_for, make_sequence_layer, per_layer_options
+from fastweights.layers import (
+    SEQUENCE_LAYERS,
+    check_block_options,
+    layer_options_for,
+    make_sequence_layer,
+    per_layer_options,
+)
 from fastweights.models.backbones import NORMS, Conv4, FeatureInput
 from fastweights.models.frozen import parse_backbone
 from fastweights.models.in_context import InContextClassifier
@@ -45,7 +51,9 @@ class ClassifierConfig:
     #: factor on the input projection's initial weights and bias (1 = the reference)
     input_init_scale: float = 1.0
     #: extra keyword options of the sequence layers: options of ``sequence_layer`` ({init: modern}), or
-    #: options per layer name ({srwm: {init: modern}}; only ``sequence_layer``'s entry is used)
+    #: options per layer name ({srwm: {init: modern}}; only ``sequence_layer``'s entry is used);
+    #: ``block``: native (default, each layer's own form) or pre_ln (the same ``x + W_o·core(LN(x))``
+    #: block for every layer, so that comparing layers compares only their cores)
     layer_options: dict[str, Any] = field(default_factory=dict)
     #: "conv4" (trained with the sequence part), or "frozen:<name>": a frozen pretrained encoder of
     #: fastweights.models.frozen.FROZEN_ENCODERS whose cached features replace Conv-4 (ACL paper App. A.8;
@@ -76,6 +84,7 @@ class ClassifierConfig:
         if not isinstance(self.layer_options, dict):
             got = self.layer_options
             raise ValueError(f"layer_options: expected a mapping of layer options, got {got!r}")
+        check_block_options(self.layer_options)
         per_layer = per_layer_options(self.layer_options)
         if per_layer is None:
             check_layer_options(self.sequence_layer, self.d_model, self.num_heads, self.layer_options)

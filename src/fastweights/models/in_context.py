@@ -3,7 +3,10 @@
 Architecture of the SRWM/ACL models (Irie et al. 2022 §4; ACL paper §3; ``model_few_shot.py``):
 ``u_t = Linear([features(x_t); onehot(y_t)])`` over ``N + 1`` label entries (index ``N`` is the
 "unknown" label of queries), then ``L × [sequence layer, pre-LN feed-forward]``, then ``Linear(D → N)``
-at every position. Stateful: the fast weights after one call continue in the next.
+at every position (no final norm). Each sequence layer brings its own block around its core (norm,
+residual, output projection: its native form, or with ``layer_options={"block": "pre_ln"}`` the same
+``x + W_o·core(LN(x))`` for every layer); the feed-forward is ``z + FF(LN(z))``. Stateful: the fast
+weights after one call continue in the next.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class InContextClassifier(nn.Module):
             default init, the reference's): the scale of the first sequence layer's input, which the
             SRWM reads without normalisation (so it sets how peaked its softmax keys/queries start).
         layer_options: extra keyword options of every sequence layer (e.g. ``{"init": "modern"}`` for
-            the SRWM), passed to ``make_sequence_layer``.
+            the SRWM; ``{"block": "pre_ln"}``: the same pre-LN residual block around every layer's core,
+            see :class:`~fastweights.layers.base.SequenceLayer`), passed to ``make_sequence_layer``.
         label_init_scale: factor on the initial weights of ``input_proj``'s ``N + 1`` label columns
             (1 = PyTorch's default init, the reference's). With the default init a label one-hot
             contributes ~1/9 of the first layer input's RMS against 128 features; a larger factor makes

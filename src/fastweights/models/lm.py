@@ -16,7 +16,10 @@ The TTT layers are the reference's residual form exactly (``x + TTT(RMSNorm(x))`
 other layers (:mod:`fastweights.layers`) are residual sublayers already and are used as they are:
 softmax attention (causal, Llama-style RoPE on absolute positions, KV cache), DeltaNet and linear
 attention as ``x + out(Layer(LayerNorm(x)))``; the SRWM keeps its reference placement
-``LayerNorm(x) + out(SRWM(x))`` (not pre-norm) and SR-Delta ``x + out(Layer(x))`` (no norm).
+``LayerNorm(x) + out(SRWM(x))`` (not pre-norm) and SR-Delta ``x + out(Layer(x))`` (no norm). These are
+the layers' native block forms; ``layer_options: {block: pre_ln}`` gives every sequence layer the same
+``x + out(Layer(LayerNorm(x)))`` block (the TTT layers then use a LayerNorm instead of the RMSNorm), so
+that comparing layers compares only their cores (:class:`fastweights.layers.base.SequenceLayer`).
 
 The config's field names are the library's vocabulary, shared with the classifier recipes
 (``d_model``, ``num_layers``, ``num_heads``, ``d_ff``, ``sequence_layer``, ``layer_options``); the
@@ -50,6 +53,7 @@ from fastweights.io import atomic_write_bytes, atomic_write_json
 from fastweights.layers import (
     SEQUENCE_LAYERS,
     SequenceLayer,
+    check_block_options,
     layer_options_for,
     make_sequence_layer,
     per_layer_options,
@@ -133,6 +137,9 @@ class LMConfig:
     #: stream (the SRWM) starts with near-uniform softmax keys/queries
     embedding_scale: float = 1.0
     dropout: float = 0.0
+    #: extra keyword options of the sequence layer (either for ``sequence_layer`` or per layer name);
+    #: ``block``: native (default, each layer's own form) or pre_ln (the same ``x + W_o·core(LN(x))``
+    #: block for every layer)
     layer_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -195,6 +202,7 @@ class LMConfig:
                 f"layer_options: {typed} are set by the config itself (fields or backbone); "
                 f"expected other options, e.g. {{'chunk_size': 32}}"
             )
+        check_block_options(self.layer_options)
         return self
 
     def sequence_layer_options(self) -> dict[str, Any]:
@@ -310,8 +318,8 @@ class _Block(nn.Module):
         self.seq_modeling_block: SequenceLayer = make_sequence_layer(
             cfg.sequence_layer, c, h, dropout=cfg.dropout, **{**options, **cfg.sequence_layer_options()}
         )
-        if cfg.sequence_layer in _TTT_LAYERS:  # the reference's RMSNorm eps
-            self.seq_modeling_block.seq_norm.eps = cfg.rms_norm_eps
+        if cfg.sequence_layer in _TTT_LAYERS and self.seq_modeling_block.block == "native":
+            self.seq_modeling_block.seq_norm.eps = cfg.rms_norm_eps  # the reference's RMSNorm eps
         self.ffn_norm = nn.RMSNorm(c, eps=cfg.rms_norm_eps)
         self.mlp = SwiGLU(c, cfg.d_ff)
         self.dropout = nn.Dropout(cfg.dropout)

@@ -17,7 +17,10 @@ with the state carried across calls:
 Cores (``CORES``): ``ff`` (none: features pass through), ``lstm`` (one LSTM layer), ``deltanet``,
 ``srwm``, ``srwm_reset`` and ``fake_srwm`` (``num_layers`` × [layer, feed-forward] at width
 ``d_model``). ``fake_srwm`` ("Fake SR"): each head maps its (softmaxed) input by a fixed learned
-``W_y`` — no keys, queries or learning rates, and nothing is ever updated.
+``W_y`` — no keys, queries or learning rates, and nothing is ever updated. The layers keep their native
+block forms (:class:`fastweights.layers.base.SequenceLayer`): SRWM ``LN(x) + W_o · SRWM(softmax(x))``
+(modern init), DeltaNet ``x + W_o · DeltaRule(LN(x))``, LSTM ``x + LSTM(LN(x))``; ``fake_srwm`` has the
+SRWM's form with the fixed ``W_y`` as its core.
 """
 
 from __future__ import annotations
