@@ -12,7 +12,10 @@ It answers "which lever shortens the in-context-learning plateau?" without the v
 
 Settings: ``layer`` (any ``fastweights.layers`` name), ``lr``, ``batch``, ``d_model``, ``heads``,
 ``layers``, ``n_query``, ``online`` (online-loss weight), ``two_way_steps`` (2-way 1-shot first),
-``kscale`` (SRWM key-column factor), ``label_scale`` (the model's ``label_init_scale``),
+``kscale`` (SRWM key-column factor), ``qkscale`` (SR-DeltaNet: factor on the columns of its SRWM
+that generate the DeltaNet's query and key logits, i.e. an inverse softmax temperature at the start),
+``block`` (``native`` / ``pre_ln``, the layers' ``block`` option), ``label_scale`` (the model's
+``label_init_scale``),
 ``forget_bias`` (LSTM: initial forget-gate bias, PyTorch's init otherwise), ``clip`` (max gradient
 norm, 0 = off), ``n_way`` / ``k_shot`` / ``num_tasks`` (the sequence length: ``num_tasks`` tasks of
 ``n_way * k_shot`` demonstrations). Besides the held-out A|A accuracy, each report gives the
@@ -32,7 +35,7 @@ from torch import nn
 
 from fastweights.cl.objective import acl_loss
 from fastweights.cl.tasks import synthetic_feature_tasks
-from fastweights.layers import LSTMLayer
+from fastweights.layers import LSTMLayer, SRDeltaNetLayer
 from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
 
@@ -47,6 +50,8 @@ DEFAULTS = dict(
     online=0.0,
     two_way_steps=0,
     kscale=1.0,
+    qkscale=1.0,
+    block="native",
     label_scale=1.0,
     forget_bias=None,
     clip=0.0,
@@ -67,12 +72,17 @@ def _build(s: dict) -> InContextClassifier:
         num_layers=int(s["layers"]),
         sequence_layer=str(s["layer"]),
         label_init_scale=float(s["label_scale"]),
+        layer_options={"block": str(s["block"])},
     )
     e = int(s["d_model"]) // int(s["heads"])
     with torch.no_grad():
         for layer in model.seq_layers:
             if float(s["kscale"]) != 1.0:  # the SRWM's key columns
                 layer.weight[..., 2 * e : 3 * e].mul_(float(s["kscale"]))
+            if float(s["qkscale"]) != 1.0:  # SR-DeltaNet: the y columns of the DeltaNet's q | k
+                if not isinstance(layer, SRDeltaNetLayer):
+                    raise ValueError(f"qkscale: only for layer=sr_deltanet, got layer={s['layer']}")
+                layer.weight[..., : 2 * e].mul_(float(s["qkscale"]))
             if s["forget_bias"] is not None:
                 if not isinstance(layer, LSTMLayer):
                     raise ValueError(f"forget_bias: only for layer=lstm, got layer={s['layer']}")
