@@ -12,8 +12,8 @@ It answers "which lever shortens the in-context-learning plateau?" without the v
 
 Settings: ``layer`` (any ``fastweights.layers`` name), ``lr``, ``batch``, ``d_model``, ``heads``,
 ``layers``, ``n_query``, ``online`` (online-loss weight), ``two_way_steps`` (2-way 1-shot first),
-``kscale`` (SRWM key-column factor), ``qkscale`` (SR-DeltaNet: factor on the columns of its SRWM
-that generate the DeltaNet's query and key logits, i.e. an inverse softmax temperature at the start),
+``kscale`` (SRWM key-column factor), ``qkscale`` (SR-DeltaNet's ``qk_init_scale``: factor on the initial
+columns of its SRWM that generate the DeltaNet's query and key logits),
 ``block`` (``native`` / ``pre_ln``, the layers' ``block`` option), ``label_scale`` (the model's
 ``label_init_scale``),
 ``forget_bias`` (LSTM: initial forget-gate bias, PyTorch's init otherwise), ``clip`` (max gradient
@@ -35,7 +35,7 @@ from torch import nn
 
 from fastweights.cl.objective import acl_loss
 from fastweights.cl.tasks import synthetic_feature_tasks
-from fastweights.layers import LSTMLayer, SRDeltaNetLayer
+from fastweights.layers import LSTMLayer
 from fastweights.models.backbones import FeatureInput
 from fastweights.models.in_context import InContextClassifier
 
@@ -61,6 +61,15 @@ DEFAULTS = dict(
 )
 
 
+def _layer_options(s: dict) -> dict:
+    options: dict = {"block": str(s["block"])}
+    if float(s["qkscale"]) != 1.0:
+        if s["layer"] != "sr_deltanet":
+            raise ValueError(f"qkscale: only for layer=sr_deltanet, got layer={s['layer']}")
+        options["qk_init_scale"] = float(s["qkscale"])
+    return options
+
+
 def _build(s: dict) -> InContextClassifier:
     n_way = int(s["n_way"])
     model = InContextClassifier(
@@ -72,17 +81,13 @@ def _build(s: dict) -> InContextClassifier:
         num_layers=int(s["layers"]),
         sequence_layer=str(s["layer"]),
         label_init_scale=float(s["label_scale"]),
-        layer_options={"block": str(s["block"])},
+        layer_options=_layer_options(s),
     )
     e = int(s["d_model"]) // int(s["heads"])
     with torch.no_grad():
         for layer in model.seq_layers:
             if float(s["kscale"]) != 1.0:  # the SRWM's key columns
                 layer.weight[..., 2 * e : 3 * e].mul_(float(s["kscale"]))
-            if float(s["qkscale"]) != 1.0:  # SR-DeltaNet: the y columns of the DeltaNet's q | k
-                if not isinstance(layer, SRDeltaNetLayer):
-                    raise ValueError(f"qkscale: only for layer=sr_deltanet, got layer={s['layer']}")
-                layer.weight[..., : 2 * e].mul_(float(s["qkscale"]))
             if s["forget_bias"] is not None:
                 if not isinstance(layer, LSTMLayer):
                     raise ValueError(f"forget_bias: only for layer=lstm, got layer={s['layer']}")

@@ -234,3 +234,39 @@ def test_registry_and_in_context_classifier():
         unknown = torch.full((2, 1), model.unknown_label)
         slow = torch.cat([model(q[:, i : i + 1], unknown, state)[0] for i in range(4)], dim=1)
         torch.testing.assert_close(model.query(q, state), slow, rtol=0, atol=1e-12)
+
+
+def test_qk_init_scale_scales_only_the_query_and_key_columns():
+    torch.manual_seed(3)
+    base = SRDeltaNetLayer(D, H)
+    torch.manual_seed(3)
+    scaled = SRDeltaNetLayer(D, H, qk_init_scale=30.0)
+    assert torch.equal(scaled.weight[..., : 2 * E], 30.0 * base.weight[..., : 2 * E])
+    assert torch.equal(scaled.weight[..., 2 * E :], base.weight[..., 2 * E :])
+    torch.manual_seed(3)
+    assert torch.equal(SRDeltaNetLayer(D, H, qk_init_scale=1.0).weight, base.weight)
+
+
+def test_qk_init_scale_spreads_the_initial_keys():
+    """At the reference scale the DeltaNet keys of different steps start almost equal (the reason
+    the layer stays at chance in ACL); a larger scale makes them differ."""
+
+    def mean_key_cosine(layer: SRDeltaNetLayer, x: torch.Tensor) -> float:
+        p, _ = srwm_reference(layer._heads(x), layer.weight, d_out=3 * layer.head_dim + 1)
+        k = torch.nn.functional.normalize(layer._delta_inputs(p)[1], dim=-1)
+        cos = torch.einsum("bthe,bshe->bhts", k, k)
+        return float(cos[..., ~torch.eye(x.shape[1], dtype=torch.bool)].mean())
+
+    d, h = 64, 4
+    x = torch.randn(2, 9, d, generator=torch.Generator().manual_seed(0)) * 0.5
+    torch.manual_seed(0)
+    plain = mean_key_cosine(SRDeltaNetLayer(d, h), x)
+    torch.manual_seed(0)
+    spread = mean_key_cosine(SRDeltaNetLayer(d, h, qk_init_scale=30.0), x)
+    assert plain > 0.99 and spread < plain - 0.05
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "x"])
+def test_qk_init_scale_bad_values_are_named(bad):
+    with pytest.raises(ValueError, match="qk_init_scale"):
+        SRDeltaNetLayer(D, H, qk_init_scale=bad)
