@@ -252,8 +252,7 @@ def test_qk_init_scale_spreads_the_initial_keys():
     the layer stays at chance in ACL); a larger scale makes them differ."""
 
     def mean_key_cosine(layer: SRDeltaNetLayer, x: torch.Tensor) -> float:
-        p, _ = srwm_reference(layer._heads(x), layer.weight, d_out=3 * layer.head_dim + 1)
-        k = torch.nn.functional.normalize(layer._delta_inputs(p)[1], dim=-1)
+        k = torch.nn.functional.normalize(layer.projections(x)[1], dim=-1)
         cos = torch.einsum("bthe,bshe->bhts", k, k)
         return float(cos[..., ~torch.eye(x.shape[1], dtype=torch.bool)].mean())
 
@@ -270,3 +269,19 @@ def test_qk_init_scale_spreads_the_initial_keys():
 def test_qk_init_scale_bad_values_are_named(bad):
     with pytest.raises(ValueError, match="qk_init_scale"):
         SRDeltaNetLayer(D, H, qk_init_scale=bad)
+
+
+def test_projections_are_what_the_delta_rule_reads():
+    """``projections`` equals the per-step reference's SRWM outputs (carried state, odd length)."""
+    layer = _layer()
+    x = torch.randn(2, 7, D, dtype=F64)
+    state = _state()
+    q, k, v, beta = layer.projections(x, state)
+    p, _ = srwm_reference(
+        torch.softmax(x.reshape(2, 7, H, E), dim=-1), layer.weight, initial_state=state[0], d_out=3 * E + 1
+    )
+    rq, rk, rv, rl = p.split([E, E, E, 1], dim=-1)
+    torch.testing.assert_close(q, torch.softmax(rq, -1))
+    torch.testing.assert_close(k, torch.softmax(rk, -1))
+    torch.testing.assert_close(v, rv)
+    torch.testing.assert_close(beta, torch.sigmoid(rl[..., 0]))
