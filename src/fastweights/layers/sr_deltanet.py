@@ -147,23 +147,33 @@ class SRDeltaNetLayer(SequenceLayer):
         b, t, _ = x.shape
         return self.block_output(x, o.reshape(b, t, self.d_model))
 
-    def core(self, h: Tensor, state: SRDeltaState | None = None) -> tuple[Tensor, SRDeltaState]:
+    def core(
+        self, h: Tensor, state: SRDeltaState | None = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, SRDeltaState]:
         """``DeltaRule(SRWM(softmax_E(h)))``: ``h [B, T, D]`` → ``(c [B, T, D], (srwm [B, H, E, 5E+5],
-        delta [B, H, E, E]))``.
+        delta [B, H, E, E]))``. ``attention_mask [B, T]``: both recurrences skip the padding (the SRWM's
+        input and the delta rule's rate are zero there) and ``c`` is zero there.
 
         Raises:
             ValueError: for a bad ``state`` (naming it; ``x`` is validated by :meth:`forward`).
         """
         s_srwm, s_delta = self._check_state(state, h.shape[0])
+        mask = self.check_mask(h, attention_mask)
         a = self._heads(h)
         p, new_srwm = srwm(
-            a, self.weight.to(a.dtype), initial_state=s_srwm, output_final_state=True, d_out=self.y_dim
+            a,
+            self.weight.to(a.dtype),
+            initial_state=s_srwm,
+            output_final_state=True,
+            d_out=self.y_dim,
+            attention_mask=mask,
         )
         o, new_delta = delta_rule(
             *self._delta_inputs(p),
             initial_state=s_delta,
             output_final_state=True,
             chunk_size=self.chunk_size,
+            attention_mask=mask,
         )
         assert new_srwm is not None and new_delta is not None
         b, t, _ = h.shape

@@ -80,6 +80,7 @@ from fastweights.ops.masking import (
 from fastweights.ops.packing import supports_cu_seqlens
 
 __all__ = [
+    "row_offsets",
     "ttt_linear",
     "ttt_linear_reference",
     "ttt_mlp",
