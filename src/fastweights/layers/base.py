@@ -94,8 +94,9 @@ class SequenceLayer(nn.Module):
 
     ``out, state = layer(x [B, T, d_model], state=None)``: ``state=None`` starts from the slow
     weights; the returned state continues the sequence exactly (one call over a concatenation equals
-    two calls with the state carried). Validation of ``x`` and packing of variable-length sequences
-    (``cu_seqlens``) are handled here for every layer.
+    two calls with the state carried). Validation of ``x``, packing of variable-length sequences
+    (``cu_seqlens``) and padding masks (``attention_mask``, see :meth:`forward`) are handled here for
+    every layer (the masks' per-layer mechanics in each :meth:`core`).
 
     **Block form.** Every layer is a *core* (its recurrence with its own input and key/query/value
     projections, :meth:`core`: ``h [B, T, D]`` → ``c [B, T, D]``) inside a *block* (the norm, the
@@ -268,7 +269,9 @@ class SequenceLayer(nn.Module):
 
         This is how ACL queries are evaluated (each query is a length-1 call whose updated state is
         discarded). The default expands the state over the ``Q`` queries; layers whose output does not
-        depend on their own update (SRWM) override it with a cheaper exact form.
+        depend on their own update (SRWM) override it with a cheaper exact form. ``state`` may come from
+        a padded batch (``attention_mask``): each row reads its own state. The queries take no mask
+        (each is independent; drop the outputs of queries you do not need).
 
         Raises:
             ValueError: for a bad ``x`` (as for :meth:`forward`) or ``state``.

@@ -8,7 +8,8 @@ state has one row per sequence.
 
 :func:`run_packed` implements this for any op or layer by running each sequence separately — exact by
 construction, and the reason the ops and layers need no packing code of their own. Its cost is one
-call per sequence.
+call per sequence. Padded batches (``attention_mask``, :mod:`fastweights.ops.masking`) are the other
+way to give sequences of different lengths; the two are not combined in one call.
 """
 
 from __future__ import annotations

@@ -244,7 +244,8 @@ def _dual(
         # row's tokens end in it
         starts = row_offsets(state["offset"], q.shape[0], q.device)
         ends = starts + mask_lengths(mask)
-        length = int(ends.max()) if q.shape[0] else 0
+        end_steps = ends.tolist()  # one host sync: the frame's length and where captures are needed
+        length = max(end_steps, default=0)
 
         def to_frame(x: Tensor) -> Tensor:  # [B, H, T, ...] -> [B, H, length, ...]
             return left_justify(x.transpose(1, 2), mask, starts, length).transpose(1, 2)
@@ -328,21 +329,20 @@ def _dual(
                 z = torch.baddbmm(z, _dual_attention(x, x2, scaled), g2, alpha=-1)
                 sources["W2"] = (x2, g2)
             zs.append(z)
-            if mask is not None and pos + n == mbs:
+            if mask is not None and pos + n == mbs and any(start < e < start + n for e in end_steps):
                 inside = (ends > start) & (ends < start + n)
-                if bool(inside.any()):
-                    sel = inside.repeat_interleave(h).view(bh, 1, 1)
-                    taken = sel if taken is None else taken | sel
-                    lr_j = lrf[:, start : start + n].unsqueeze(-1)  # without s_b: the state's sums
-                    for m, (keys, g) in sources.items():
-                        lr_g = lr_j * g
-                        bias = f"b{m[1:]}"
-                        sums = {m: keys.transpose(1, 2) @ lr_g, bias: lr_g.sum(dim=1, keepdim=True)}
-                        for key, total in sums.items():
-                            total = acc[key] + total if has_acc else total
-                            w_key, g_key = f"{key}_states", f"{key}_grad"
-                            captured[w_key] = torch.where(sel, ws[key], captured.get(w_key, ws[key]))
-                            captured[g_key] = torch.where(sel, total, captured.get(g_key, total))
+                sel = inside.repeat_interleave(h).view(bh, 1, 1)
+                taken = sel if taken is None else taken | sel
+                lr_j = lrf[:, start : start + n].unsqueeze(-1)  # without s_b: the state's sums
+                for m, (keys, g) in sources.items():
+                    lr_g = lr_j * g
+                    bias = f"b{m[1:]}"
+                    sums = {m: keys.transpose(1, 2) @ lr_g, bias: lr_g.sum(dim=1, keepdim=True)}
+                    for key, total in sums.items():
+                        total = acc[key] + total if has_acc else total
+                        w_key, g_key = f"{key}_states", f"{key}_grad"
+                        captured[w_key] = torch.where(sel, ws[key], captured.get(w_key, ws[key]))
+                        captured[g_key] = torch.where(sel, total, captured.get(g_key, total))
             # lr_col carries s_b at a boundary: the sums sum_j (s_b) lr_j keys_j^T g_j and the bias's
             boundary, new = pos + n == mbs, {}
             for m, (keys, g) in sources.items():
