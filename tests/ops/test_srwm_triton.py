@@ -5,6 +5,8 @@ on a GPU. Skipped without Triton (``GPU=1 bash scripts/setup.sh`` installs it; C
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -72,3 +74,30 @@ def test_cuda_dispatch_equals_the_pytorch_fast_path(monkeypatch):
     y, w = srwm(x, weight, output_final_state=True)
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(w, w_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_masked_srwm_through_the_triton_kernels_equals_each_row_alone(monkeypatch):
+    """``srwm(..., attention_mask=)`` zeroes the padded inputs before the fused steps; here those steps
+    are the Triton kernels (run by the interpreter), forward and reversal backward."""
+    srwm_module = importlib.import_module("fastweights.ops.srwm")  # the module (``ops.srwm`` is the op)
+
+    def triton_path(x, x_read, w0):
+        assert x_read is None
+        y, w = srwm_triton.srwm_fused_triton(x, w0)
+        return y, None, w
+
+    monkeypatch.setattr(srwm_module, "srwm_fast_path", triton_path)
+    x, w0 = srwm_case(3, 6, 2, 4)
+    weight = torch.zeros_like(w0[0])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 0]], dtype=torch.bool)
+    y, w = srwm_module.srwm(x, weight, initial_state=w0, output_final_state=True, attention_mask=mask)
+    loss = (y * torch.cos(y)).sum() + w.square().sum()
+    loss_ref = 0
+    for b in range(3):
+        y_b, w_b = srwm_reference_from(x[b : b + 1, mask[b]], w0[b : b + 1])
+        torch.testing.assert_close(y[b, mask[b]], y_b[0], rtol=1e-11, atol=1e-11)
+        torch.testing.assert_close(w[b], w_b[0], rtol=1e-11, atol=1e-11)
+        loss_ref = loss_ref + (y_b * torch.cos(y_b)).sum() + w_b.square().sum()
+    assert (y[~mask] == 0).all()
+    for a, b in zip(torch.autograd.grad(loss, (x, w0)), torch.autograd.grad(loss_ref, (x, w0)), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

@@ -9,6 +9,8 @@ arXiv 2104.09864, Eq. 34) in the Llama / HF ``rotate_half`` convention (:mod:`fa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -16,6 +18,7 @@ from fastweights.checks import check_int
 from fastweights.layers.base import SequenceLayer
 from fastweights.layers.rotary import apply_rotary, rotary_tables
 from fastweights.ops.linear_attention import linear_attention
+from fastweights.ops.masking import real_positions, zero_padding
 
 __all__ = ["LinearAttentionLayer", "SoftmaxAttentionLayer"]
 
@@ -34,6 +37,11 @@ def _describe(state: object) -> str:
     if isinstance(state, Tensor):
         return f"tensor of shape {list(state.shape)}"
     return type(state).__name__
+
+
+def _zero_steps(x: Tensor, mask: Tensor) -> Tensor:
+    """Heads ``x [B, H, T, E]`` with zeros at the padded steps of ``mask [B, T]``."""
+    return torch.where(mask[:, None, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def _check_pair(state: object, shapes: tuple[tuple[int | None, ...], ...], expected: str) -> None:
@@ -150,18 +158,29 @@ class LinearAttentionLayer(SequenceLayer):
         return self.block_output(x, self._normalise(o_aug))
 
     def core(
-        self, h: Tensor, state: LinearAttentionState | None = None
+        self,
+        h: Tensor,
+        state: LinearAttentionState | None = None,
+        *,
+        attention_mask: Tensor | None = None,
     ) -> tuple[Tensor, LinearAttentionState]:
         """Normalised causal linear attention of ``h [B, T, D]`` → ``(c [B, T, D], (S [B, H, E, E],
-        z [B, H, E]))``."""
+        z [B, H, E]))``; ``attention_mask [B, T]``: ``k = 0`` at padding (no write to ``S`` or ``z``) and
+        ``c`` zero there."""
         self._check_state(h, state)
-        o_aug, new_state = self._attend(*self._project(h), state)
+        o_aug, new_state = self._attend(*self._project(h), state, self.check_mask(h, attention_mask))
         return self._normalise(o_aug), new_state
 
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: LinearAttentionState | None,
+        mask: Tensor | None = None,
     ) -> tuple[Tensor, LinearAttentionState]:
-        """``(o_aug [B, T, H, E+1], final state)`` of the chunked op on ``q, k, v [B, T, H, E]``."""
+        """``(o_aug [B, T, H, E+1], final state)`` of the chunked op on ``q, k, v [B, T, H, E]``
+        (``o_aug`` zero at the padding of ``mask``)."""
         o_aug, s_aug = linear_attention(
             q,
             k,
@@ -169,6 +188,7 @@ class LinearAttentionLayer(SequenceLayer):
             initial_state=self._joint_state(state),
             output_final_state=True,
             chunk_size=self.chunk_size,
+            attention_mask=mask,
         )
         assert s_aug is not None
         return o_aug, (s_aug[..., :-1], s_aug[..., -1])
@@ -189,15 +209,24 @@ class LinearAttentionLayer(SequenceLayer):
         return self._output(x, o_aug.to(x.dtype))
 
     def forward_with_reads(
-        self, x: Tensor, x_read: Tensor, state: LinearAttentionState | None = None
+        self,
+        x: Tensor,
+        x_read: Tensor,
+        state: LinearAttentionState | None = None,
+        *,
+        attention_mask: Any = None,
     ) -> tuple[Tensor, Tensor, LinearAttentionState]:
         """Exact closed form of :meth:`SequenceLayer.forward_with_reads`: the read at step ``t`` sees
         the keys/values of ``x[:, :t]`` (a linear attention over the stream shifted by one step) plus
-        its own key/value."""
+        its own key/value. With ``attention_mask`` the stream's keys are zero at padding (no write)
+        and both outputs are zero there."""
         self.check_reads(x, x_read)
         self._check_state(x, state)
+        mask = self.check_mask(x, attention_mask)
         q, k, v = self.projections(x)
-        o_aug, new_state = self._attend(q, k, v, state)
+        if mask is not None:
+            k = zero_padding(k, mask)
+        o_aug, new_state = self._attend(q, k, v, state, mask)
         out = self._output(x, o_aug)
         qr, kr, vr = self.projections(x_read)
         t = x.shape[1]
@@ -207,7 +236,10 @@ class LinearAttentionLayer(SequenceLayer):
             qr, k_prev, v_prev, initial_state=self._joint_state(state), chunk_size=self.chunk_size
         )
         r_aug = r_aug + (qr * kr).sum(-1, keepdim=True) * self._augment(vr)
-        return out, self._output(x_read, r_aug), new_state
+        out_read = self._output(x_read, r_aug)
+        if mask is not None:
+            out, out_read = zero_padding(out, mask), zero_padding(out_read, mask)
+        return out, out_read, new_state
 
 
 class SoftmaxAttentionLayer(SequenceLayer):
@@ -286,7 +318,8 @@ class SoftmaxAttentionLayer(SequenceLayer):
         return q, k, v
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """RoPE of ``x [B, H, T, E]`` at ``positions [T]`` (half-split convention); identity when
+        """RoPE of ``x [B, H, T, E]`` at ``positions [T]`` (any shape broadcasting against ``x``'s
+        leading dims, e.g. ``[B, 1, T]``: per row; half-split convention); identity when
         ``rope=False``."""
         if not self.rope:
             return x
@@ -294,24 +327,35 @@ class SoftmaxAttentionLayer(SequenceLayer):
         cos, sin = rotary_tables(positions, self.head_dim, self.rope_theta, table_dtype, x.device)
         return apply_rotary(x, cos.to(x.dtype), sin.to(x.dtype), interleaved=False)
 
-    def _cache(self, x: Tensor, state: object, like: Tensor) -> KVCache:
-        """The cached ``(K, V)`` in the dtype of ``like`` (empty when ``state`` is None)."""
+    def _cache(self, x: Tensor, state: object, like: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The cached ``(K, V)`` in the dtype of ``like`` (empty when ``state`` is None) and the cached
+        keys' validity ``[B, T_past]`` (None for a 2-tuple cache: every cached key is real)."""
         b, h, e = x.shape[0], self.num_heads, self.head_dim
         if state is None:
             empty = like.new_zeros(b, h, 0, e)
-            return empty, empty
-        _check_pair(
-            state,
-            ((b, h, None, e), (b, h, None, e)),
-            f"a KV cache (K, V), each [B, H, T_past, E] = [{b}, {h}, T_past, {e}]",
-        )
+            return empty, empty, None
+        expected = f"a KV cache (K, V[, valid]), K and V each [B, H, T_past, E] = [{b}, {h}, T_past, {e}]"
+        valid = None
+        if isinstance(state, (tuple, list)) and len(state) == 3:
+            state, valid = state[:2], state[2]
+            if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.dim() != 2:
+                raise ValueError(
+                    f"state: expected {expected} and valid a bool tensor [B, T_past], got {_describe(valid)}"
+                )
+        _check_pair(state, ((b, h, None, e), (b, h, None, e)), expected)
         k, v = state
         if k.shape != v.shape:
             raise ValueError(f"state: expected K and V of the same shape, got {_describe(state)}")
-        return k.to(like.dtype), v.to(like.dtype)
+        if valid is not None and tuple(valid.shape) != (b, k.shape[2]):
+            raise ValueError(
+                f"state: expected the cache's valid of shape [B, T_past] = {[b, k.shape[2]]}, "
+                f"got {list(valid.shape)}"
+            )
+        return k.to(like.dtype), v.to(like.dtype), valid
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) -> Tensor:
-        """Softmax attention; ``allowed [Tq, Tk]`` (True = may attend); ``None`` = square causal mask."""
+        """Softmax attention; ``allowed [Tq, Tk]`` (or ``[B, 1, Tq, Tk]``; True = may attend); ``None`` =
+        square causal mask."""
         if q.shape[2] == 0:
             return q.new_zeros(*q.shape[:3], v.shape[-1])
         if allowed is None:
@@ -330,58 +374,115 @@ class SoftmaxAttentionLayer(SequenceLayer):
         dtype = _state_dtype(k.dtype)
         return k.to(dtype), v.to(dtype)
 
-    def core(self, h: Tensor, state: KVCache | None = None) -> tuple[Tensor, KVCache]:
+    @staticmethod
+    def _padded(
+        x: Tensor, mask: Tensor | None, valid: Tensor | None, t: int, tp: int
+    ) -> tuple[Tensor, Tensor]:
+        """The padding of a call over ``t`` steps of ``x`` after ``tp`` cached ones: its mask (all real
+        for None) and the cached keys' validity (all valid for None), both bool."""
+        b = x.shape[0]
+        mask = torch.ones(b, t, dtype=torch.bool, device=x.device) if mask is None else mask
+        valid = torch.ones(b, tp, dtype=torch.bool, device=x.device) if valid is None else valid
+        return mask, valid
+
+    def core(
+        self, h: Tensor, state: KVCache | None = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, KVCache]:
         """Causal attention of ``h [B, T, D]`` after the cache → ``(c [B, T, D], (K, V) [B, H,
-        T_past + T, E])``."""
+        T_past + T, E])``.
+
+        With ``attention_mask [B, T]`` or a cache with validity (``(K, V, valid)``), padded keys are
+        never attended to, each row's RoPE positions count its real tokens (cached and new) only, ``c``
+        is zero at padding, and the returned cache is ``(K, V, valid [B, T_past + T])``: padded steps
+        are kept in it as zeros, marked invalid, so that later calls skip them too."""
         q, k, v = self._project(h)
-        k_past, v_past = self._cache(h, state, k)
+        k_past, v_past, valid_past = self._cache(h, state, k)
         tp, t = k_past.shape[2], h.shape[1]
-        pos = tp + torch.arange(t, device=h.device)
+        mask = self.check_mask(h, attention_mask)
+        if mask is None and valid_past is None:
+            pos = tp + torch.arange(t, device=h.device)
+            q, k = self.rotate(q, pos), self.rotate(k, pos)
+            keys, values = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
+            allowed = None
+            if tp > 0:  # query i sees every cached key and its own prefix: key j <= T_past + i
+                i = torch.arange(t, device=h.device)[:, None]
+                j = torch.arange(tp + t, device=h.device)[None, :]
+                allowed = j <= tp + i
+            return self._merge(self._attend(q, keys, values, allowed)), self._state(keys, values)
+        mask, valid_past = self._padded(h, mask, valid_past, t, tp)
+        # [B, 1, T] (broadcast over the heads): real tokens only, after the cached ones
+        pos = real_positions(mask, valid_past.sum(1))[:, None]
         q, k = self.rotate(q, pos), self.rotate(k, pos)
+        k, v = _zero_steps(k, mask), _zero_steps(v, mask)  # padded steps cached as zeros
         keys, values = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
-        allowed = None
-        if tp > 0:  # query i sees every cached key and its own prefix: key j <= T_past + i
-            i = torch.arange(t, device=h.device)[:, None]
-            j = torch.arange(tp + t, device=h.device)[None, :]
-            allowed = j <= tp + i
-        return self._merge(self._attend(q, keys, values, allowed)), self._state(keys, values)
+        valid = torch.cat([valid_past, mask], dim=1)  # [B, T_past + T]
+        i = torch.arange(t, device=h.device)[:, None]
+        j = torch.arange(tp + t, device=h.device)[None, :]
+        # query i sees the valid keys j <= T_past + i; its own key always (a padded query reads
+        # something finite; its output is zeroed)
+        allowed = ((j <= tp + i) & valid[:, None, :]) | (j == tp + i)
+        o = self._attend(q, keys, values, allowed.unsqueeze(1))
+        return zero_padding(self._merge(o), mask), (*self._state(keys, values), valid)
 
     def read(self, x: Tensor, state: KVCache | None = None) -> Tensor:
         """Independent one-step reads ``[B, Q, D]``: query ``i`` attends to the cache and to its own key
-        (with RoPE, each read query/key sits at position ``T_past``)."""
+        (with RoPE, each read query/key sits at position ``T_past``, the number of real cached tokens
+        for a cache with validity)."""
         self.check_input(x)
         q, k, v = self.projections(x)
-        k_past, v_past = self._cache(x, state, k)
+        k_past, v_past, valid_past = self._cache(x, state, k)
         tp, nq = k_past.shape[2], x.shape[1]
-        pos = torch.full((nq,), tp, device=x.device)  # every read is the step after the cache
-        q, k = self.rotate(q, pos), self.rotate(k, pos)
         i = torch.arange(nq, device=x.device)[:, None]
         j = torch.arange(tp + nq, device=x.device)[None, :]
-        allowed = (j < tp) | (j == tp + i)
+        if valid_past is None:
+            pos = torch.full((nq,), tp, device=x.device)  # every read is the step after the cache
+            allowed = (j < tp) | (j == tp + i)
+        else:
+            pos = valid_past.sum(1, keepdim=True).expand(-1, nq)[:, None]  # [B, 1, Q]
+            cached = torch.cat([valid_past, valid_past.new_zeros(x.shape[0], nq)], dim=1)
+            allowed = ((cached[:, None, :]) | (j == tp + i)).unsqueeze(1)
+        q, k = self.rotate(q, pos), self.rotate(k, pos)
         o = self._attend(q, torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2), allowed)
         return self._output(x, o)
 
     def forward_with_reads(
-        self, x: Tensor, x_read: Tensor, state: KVCache | None = None
+        self, x: Tensor, x_read: Tensor, state: KVCache | None = None, *, attention_mask: Any = None
     ) -> tuple[Tensor, Tensor, KVCache]:
         """One masked attention call over ``[x; x_read]``: stream query ``i`` sees the cache and
-        ``x[:, :i+1]``; read ``i`` sees the cache, ``x[:, :i]`` and its own key."""
+        ``x[:, :i+1]``; read ``i`` sees the cache, ``x[:, :i]`` and its own key. With
+        ``attention_mask`` (or a cache with validity) padded keys are skipped, positions count real
+        tokens, both outputs are zero at padding and the cache records validity (see :meth:`core`)."""
         self.check_reads(x, x_read)
         q, k, v = self.projections(x)
         qr, kr, vr = self.projections(x_read)
-        k_past, v_past = self._cache(x, state, k)
+        k_past, v_past, valid_past = self._cache(x, state, k)
         tp, t = k_past.shape[2], x.shape[1]
-        pos = tp + torch.arange(t, device=x.device)  # stream token i and read i are both step T_past + i
-        q, k, qr, kr = (self.rotate(z, pos) for z in (q, k, qr, kr))
+        mask = self.check_mask(x, attention_mask)
         i = torch.arange(t, device=x.device)[:, None]
         j = torch.arange(tp + 2 * t, device=x.device)[None, :]
-        stream = j <= tp + i
-        reads = (j < tp + i) | (j == tp + t + i)
+        if mask is None and valid_past is None:
+            pos = tp + torch.arange(t, device=x.device)  # stream token i and read i are both step T_past + i
+            stream = j <= tp + i
+            reads = (j < tp + i) | (j == tp + t + i)
+            allowed = torch.cat([stream, reads], dim=0)
+        else:
+            mask, valid_past = self._padded(x, mask, valid_past, t, tp)
+            pos = real_positions(mask, valid_past.sum(1))[:, None]  # read i sits where stream token i does
+            k, v = _zero_steps(k, mask), _zero_steps(v, mask)  # padded steps cached as zeros
+            valid = torch.cat([valid_past, mask, torch.zeros_like(mask)], dim=1)[:, None, :]
+            stream = ((j <= tp + i) & valid) | (j == tp + i)
+            reads = ((j < tp + i) & valid) | (j == tp + t + i)
+            allowed = torch.cat([stream, reads], dim=1).unsqueeze(1)
+        q, k, qr, kr = (self.rotate(z, pos) for z in (q, k, qr, kr))
         o = self._attend(
             torch.cat([q, qr], dim=2),
             torch.cat([k_past, k, kr], dim=2),
             torch.cat([v_past, v, vr], dim=2),
-            torch.cat([stream, reads], dim=0),
+            allowed,
         )
         keys, values = torch.cat([k_past, k], dim=2), torch.cat([v_past, v], dim=2)
-        return self._output(x, o[:, :, :t]), self._output(x_read, o[:, :, t:]), self._state(keys, values)
+        out, out_read = self._output(x, o[:, :, :t]), self._output(x_read, o[:, :, t:])
+        if mask is None:
+            return out, out_read, self._state(keys, values)
+        cache = (*self._state(keys, values), torch.cat([valid_past, mask], dim=1))
+        return zero_padding(out, mask), zero_padding(out_read, mask), cache

@@ -8,7 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from fastweights.checks import check_choice, check_finite, check_int
-from fastweights.ops.packing import run_packed
+from fastweights.ops.masking import check_attention_mask, zero_padding
+from fastweights.ops.packing import MASK_WITH_CU_SEQLENS, run_packed
 
 __all__ = [
     "BLOCK_FORMS",
@@ -93,8 +94,9 @@ class SequenceLayer(nn.Module):
 
     ``out, state = layer(x [B, T, d_model], state=None)``: ``state=None`` starts from the slow
     weights; the returned state continues the sequence exactly (one call over a concatenation equals
-    two calls with the state carried). Validation of ``x`` and packing of variable-length sequences
-    (``cu_seqlens``) are handled here for every layer.
+    two calls with the state carried). Validation of ``x``, packing of variable-length sequences
+    (``cu_seqlens``) and padding masks (``attention_mask``, see :meth:`forward`) are handled here for
+    every layer (the masks' per-layer mechanics in each :meth:`core`).
 
     **Block form.** Every layer is a *core* (its recurrence with its own input and key/query/value
     projections, :meth:`core`: ``h [B, T, D]`` → ``c [B, T, D]``) inside a *block* (the norm, the
@@ -171,10 +173,24 @@ class SequenceLayer(nn.Module):
             return x + self.dropout(self.output_projection(c))
         return self.native_output(x, c)
 
-    def core(self, h: Tensor, state: Any = None) -> tuple[Tensor, Any]:  # pragma: no cover
+    def core(
+        self, h: Tensor, state: Any = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, Any]:  # pragma: no cover
         """The layer's recurrence without its block: ``h [B, T, D]`` (the block input, already
-        normalised where the form normalises) → ``(c [B, T, D], final state)``; validates ``state``."""
+        normalised where the form normalises) → ``(c [B, T, D], final state)``; validates ``state``.
+        ``attention_mask`` (``[B, T]``, see :meth:`forward`): padded steps change no state and ``c`` is
+        zero there."""
         raise NotImplementedError
+
+    def check_mask(self, h: Tensor, attention_mask: object) -> Tensor | None:
+        """``attention_mask`` for the input ``h [B, T, ...]`` as a bool tensor ``[B, T]``, or None.
+
+        Raises:
+            ValueError: naming ``attention_mask`` (see :func:`fastweights.ops.masking.check_attention_mask`).
+        """
+        if attention_mask is None:
+            return None
+        return check_attention_mask(attention_mask, h.shape[0], h.shape[1], h.device)
 
     def check_input(self, x: Tensor, name: str = "x") -> None:
         """Validate an input of this layer: a finite float tensor ``[B, T, d_model]`` in the dtype of
@@ -186,7 +202,9 @@ class SequenceLayer(nn.Module):
         check_layer_input(x, self.d_model, name)
         check_input_dtype(name, x, self)
 
-    def forward(self, x: Tensor, state: Any = None, *, cu_seqlens: Any = None) -> tuple[Tensor, Any]:
+    def forward(
+        self, x: Tensor, state: Any = None, *, cu_seqlens: Any = None, attention_mask: Any = None
+    ) -> tuple[Tensor, Any]:
         """``x [B, T, d_model]`` → ``(out [B, T, d_model], final state)``.
 
         ``x`` must be finite and in the dtype of the layer's parameters (convert the layer, e.g.
@@ -199,11 +217,29 @@ class SequenceLayer(nn.Module):
         boundary, and the final state has one row per sequence (a list of per-sequence states when
         they cannot be batched, e.g. KV caches of different lengths).
 
+        With ``attention_mask`` (``[B, T]``: bool, or integer / floating 0/1; 1/True = real token,
+        0/False = padding), ``x`` is a
+        padded batch: each row's real tokens must be contiguous (left padding, right padding or both;
+        a row may be all padding). Row ``b``'s outputs at its real tokens and its final state are
+        those of its real tokens alone from row ``b`` of ``state``; the state does not change at
+        padding (with left padding a row starts at its first real token; positions, as RoPE's or a
+        TTT mini-batch's, count real tokens only); ``out`` is zero at padding. The returned state
+        continues each row (with or without a mask in the next call); states that record per-row
+        progress are the TTT layers' (``"offset"`` an int64 tensor ``[B]``) and softmax attention's
+        (a third entry, the bool validity ``[B, T_past]`` of the cached keys).
+        ``attention_mask=None`` is the unmasked computation, unchanged.
+
         Raises:
-            ValueError: for a bad ``x`` (shape, dtype, NaN/Inf; see :meth:`check_input`), ``state`` or
-                ``cu_seqlens`` (naming the argument).
+            ValueError: for a bad ``x`` (shape, dtype, NaN/Inf; see :meth:`check_input`), ``state``,
+                ``cu_seqlens`` or ``attention_mask`` (wrong shape, values other than 0/1, real tokens
+                not contiguous; :func:`fastweights.ops.masking.check_attention_mask`), or both of the
+                last two (naming the argument).
         """
         self.check_input(x)
+        if attention_mask is not None:
+            if cu_seqlens is not None:
+                raise ValueError(MASK_WITH_CU_SEQLENS)
+            return self.forward_unpacked(x, state, self.check_mask(x, attention_mask))
         if cu_seqlens is None:
             return self.forward_unpacked(x, state)
         return run_packed(
@@ -214,12 +250,18 @@ class SequenceLayer(nn.Module):
             batch_dim=self.state_batch_dim,
         )
 
-    def forward_unpacked(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:
+    def forward_unpacked(
+        self, x: Tensor, state: Any = None, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, Any]:
         """The block on an unpacked batch ``x [B, T, d_model]`` already validated by :meth:`forward`
         (see there): ``block_output(x, c)`` with ``c, state = core(block_input(x), state)``; validates
-        ``state``."""
-        c, new_state = self.core(self.block_input(x), state)
-        return self.block_output(x, c), new_state
+        ``state``. ``attention_mask``: the validated bool mask ``[B, T]`` (the output is zero at
+        padding), or None."""
+        if attention_mask is None:
+            c, new_state = self.core(self.block_input(x), state)
+            return self.block_output(x, c), new_state
+        c, new_state = self.core(self.block_input(x), state, attention_mask=attention_mask)
+        return zero_padding(self.block_output(x, c), attention_mask), new_state
 
     def read(self, x: Tensor, state: Any = None) -> Tensor:
         """Process every position of ``x [B, Q, d_model]`` as an independent one-step continuation
@@ -227,7 +269,9 @@ class SequenceLayer(nn.Module):
 
         This is how ACL queries are evaluated (each query is a length-1 call whose updated state is
         discarded). The default expands the state over the ``Q`` queries; layers whose output does not
-        depend on their own update (SRWM) override it with a cheaper exact form.
+        depend on their own update (SRWM) override it with a cheaper exact form. ``state`` may come from
+        a padded batch (``attention_mask``): each row reads its own state. The queries take no mask
+        (each is independent; drop the outputs of queries you do not need).
 
         Raises:
             ValueError: for a bad ``x`` (as for :meth:`forward`) or ``state``.
@@ -249,24 +293,33 @@ class SequenceLayer(nn.Module):
         if x_read.shape != x.shape:
             raise ValueError(f"x_read: expected shape {list(x.shape)} (same as x), got {list(x_read.shape)}")
 
-    def forward_with_reads(self, x: Tensor, x_read: Tensor, state: Any = None) -> tuple[Tensor, Tensor, Any]:
+    def forward_with_reads(
+        self, x: Tensor, x_read: Tensor, state: Any = None, *, attention_mask: Any = None
+    ) -> tuple[Tensor, Tensor, Any]:
         """``forward`` over ``x`` plus, at every step ``t``, an independent one-step read of
         ``x_read[:, t]`` from the state reached after ``x[:, :t]`` (its own update discarded).
 
         Returns ``(out [B, T, d_model], out_read [B, T, d_model], final state)``. The default runs the
         sequence one step at a time; layers with a cheaper exact form (SRWM) override it.
+        ``attention_mask`` (``[B, T]``, as for :meth:`forward`) pads ``x`` and ``x_read`` together: the
+        read at a real step sees the state after the real steps before it, and both outputs are zero
+        at padding.
 
         Raises:
-            ValueError: for a bad ``x``, ``x_read`` (see :meth:`check_reads`) or ``state``.
+            ValueError: for a bad ``x``, ``x_read`` (see :meth:`check_reads`), ``state`` or
+                ``attention_mask``.
         """
         self.check_reads(x, x_read)
+        mask = self.check_mask(x, attention_mask)
         if x.shape[1] == 0:  # no step: empty outputs and the state unchanged (or the initial state)
-            out, new_state = self(x, state)
+            out, new_state = self(x, state, attention_mask=mask)
             return out, self.read(x_read, state), new_state
         outs, reads = [], []
         for t in range(x.shape[1]):
-            reads.append(self.read(x_read[:, t : t + 1], state))
-            out, state = self(x[:, t : t + 1], state)
+            step = None if mask is None else mask[:, t : t + 1]
+            read = self.read(x_read[:, t : t + 1], state)
+            reads.append(read if step is None else zero_padding(read, step))
+            out, state = self(x[:, t : t + 1], state, attention_mask=step)
             outs.append(out)
         return torch.cat(outs, dim=1), torch.cat(reads, dim=1), state
 

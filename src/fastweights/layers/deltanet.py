@@ -100,11 +100,21 @@ class DeltaNetLayer(SequenceLayer):
         k = k / k.sum(dim=-1, keepdim=True)
         return q, k, v, torch.sigmoid(logit.squeeze(-1))
 
-    def core(self, h: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``DeltaRule(slow_net(h))``: ``h [B, T, D]`` → ``(c [B, T, D], fast weights [B, H, E, E])``."""
+    def core(
+        self, h: Tensor, state: Tensor | None = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``DeltaRule(slow_net(h))``: ``h [B, T, D]`` → ``(c [B, T, D], fast weights [B, H, E, E])``;
+        ``attention_mask [B, T]``: ``beta = 0`` at padding (no write) and ``c`` zero there."""
         q, k, v, beta = self._project(h)
         o, new_state = delta_rule(
-            q, k, v, beta, initial_state=state, output_final_state=True, chunk_size=self.chunk_size
+            q,
+            k,
+            v,
+            beta,
+            initial_state=state,
+            output_final_state=True,
+            chunk_size=self.chunk_size,
+            attention_mask=self.check_mask(h, attention_mask),
         )
         b, t, _ = h.shape
         assert new_state is not None

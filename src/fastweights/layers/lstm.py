@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from fastweights.checks import check_int
 from fastweights.layers.base import SequenceLayer
+from fastweights.ops.masking import left_justify, mask_lengths, restore_padding
 
 __all__ = ["LSTMLayer"]
 
@@ -84,17 +85,28 @@ class LSTMLayer(SequenceLayer):
         """``x + Dropout(c)``: no output projection (``c`` cast to ``x``'s dtype)."""
         return x + self.dropout(c.to(x.dtype))
 
-    def forward_unpacked(self, x: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
+    def forward_unpacked(
+        self, x: Tensor, state: LSTMState | None = None, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, LSTMState]:
         """``x [B, T, D]`` → ``(out [B, T, D], (h, c) each [1, B, D])``; ``T = 0`` returns ``x`` itself
         (``nn.LSTM`` rejects empty sequences) and the state (float32 for half inputs) unchanged."""
         if x.shape[1] == 0:
             return x, self.core(self.block_input(x), state)[1]
-        return super().forward_unpacked(x, state)
+        if attention_mask is None:
+            return super().forward_unpacked(x, state)
+        return super().forward_unpacked(x, state, attention_mask)
 
-    def core(self, h: Tensor, state: LSTMState | None = None) -> tuple[Tensor, LSTMState]:
+    def core(
+        self, h: Tensor, state: LSTMState | None = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, LSTMState]:
         """``LSTM(h)``: ``h [B, T, D]`` → ``(y, (h_T, c_T))``: the hidden states ``y [B, T, D]`` (in the
-        parameters' dtype) and the final state, each ``[1, B, D]``."""
+        parameters' dtype) and the final state, each ``[1, B, D]``.
+
+        ``attention_mask [B, T]``: each row's real steps only (``h`` and ``c`` are held at padding):
+        the rows' real steps are moved to the front and run as a packed batch of their lengths
+        (``nn.utils.rnn.pack_padded_sequence``); ``y`` is zero at padding."""
         self._check_state(h, state)
+        mask = self.check_mask(h, attention_mask)
         dtype = torch.promote_types(h.dtype, torch.float32)
         if h.shape[1] == 0:  # nn.LSTM rejects empty sequences
             if state is None:
@@ -105,8 +117,33 @@ class LSTMLayer(SequenceLayer):
         run_dtype = self.lstm.weight_ih_l0.dtype
         hc = None if state is None else (state[0].to(run_dtype), state[1].to(run_dtype))
         with torch.autocast(h.device.type, enabled=False):
-            y, (h_t, c_t) = self.lstm(h.to(run_dtype), hc)
+            if mask is None:
+                y, (h_t, c_t) = self.lstm(h.to(run_dtype), hc)
+            else:
+                y, (h_t, c_t) = self._packed(h.to(run_dtype), hc, mask)
         return y, (h_t.to(dtype), c_t.to(dtype))
+
+    def _packed(self, h: Tensor, hc: LSTMState | None, mask: Tensor) -> tuple[Tensor, LSTMState]:
+        """The LSTM over each row's real steps of ``h [B, T, D]`` (``mask [B, T]``, validated):
+        ``(y [B, T, D]`` zero at padding, ``(h_T, c_T))`` after each row's last real step (the initial
+        state for a row that is all padding)."""
+        b, t, _ = h.shape
+        lengths = mask_lengths(mask)
+        if hc is None:
+            zeros = h.new_zeros(1, b, self.d_model)
+            hc = (zeros, zeros)
+        # a row of length 0 runs one padded step (pack_padded_sequence needs >= 1); its state is restored
+        packed = nn.utils.rnn.pack_padded_sequence(
+            left_justify(h, mask, length=t),
+            lengths.clamp_min(1).cpu(),
+            batch_first=True,
+            enforce_sorted=False,
+        )
+        y, (h_t, c_t) = self.lstm(packed, hc)
+        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=t)
+        empty = (lengths == 0).view(1, b, 1)
+        h_t, c_t = torch.where(empty, hc[0], h_t), torch.where(empty, hc[1], c_t)
+        return restore_padding(y, mask), (h_t, c_t)
 
     def repeat_state(self, state: Any, repeats: int) -> Any:
         """Repeat every batch row of ``(h, c)`` ``repeats`` times along ``nn.LSTM``'s batch dim (1)."""

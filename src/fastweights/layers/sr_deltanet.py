@@ -164,13 +164,18 @@ class SRDeltaNetLayer(SequenceLayer):
         return self.block_output(x, o.reshape(b, t, self.d_model))
 
     def _srwm_pass(
-        self, h: Tensor, s_srwm: Tensor | None
+        self, h: Tensor, s_srwm: Tensor | None, mask: Tensor | None = None
     ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor]:
         """The SRWM over the whole block input ``h [B, T, D]`` (steps 1-3): the delta rule's
-        ``(q, k, v, beta)`` and the SRWM's final fast weights."""
+        ``(q, k, v, beta)`` and the SRWM's final fast weights (``mask``: a validated padding mask)."""
         a = self._heads(h)
         p, new_srwm = srwm(
-            a, self.weight.to(a.dtype), initial_state=s_srwm, output_final_state=True, d_out=self.y_dim
+            a,
+            self.weight.to(a.dtype),
+            initial_state=s_srwm,
+            output_final_state=True,
+            d_out=self.y_dim,
+            attention_mask=mask,
         )
         assert new_srwm is not None
         return self._delta_inputs(p), new_srwm
@@ -187,20 +192,25 @@ class SRDeltaNetLayer(SequenceLayer):
         self.check_input(x)
         return self._srwm_pass(self.block_input(x), self._check_state(state, x.shape[0])[0])[0]
 
-    def core(self, h: Tensor, state: SRDeltaState | None = None) -> tuple[Tensor, SRDeltaState]:
+    def core(
+        self, h: Tensor, state: SRDeltaState | None = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, SRDeltaState]:
         """``DeltaRule(SRWM(softmax_E(h)))``: ``h [B, T, D]`` → ``(c [B, T, D], (srwm [B, H, E, 5E+5],
-        delta [B, H, E, E]))``.
+        delta [B, H, E, E]))``. ``attention_mask [B, T]``: both recurrences skip the padding (the SRWM's
+        input and the delta rule's rate are zero there) and ``c`` is zero there.
 
         Raises:
             ValueError: for a bad ``state`` (naming it; ``x`` is validated by :meth:`forward`).
         """
         s_srwm, s_delta = self._check_state(state, h.shape[0])
-        delta_inputs, new_srwm = self._srwm_pass(h, s_srwm)
+        mask = self.check_mask(h, attention_mask)
+        delta_inputs, new_srwm = self._srwm_pass(h, s_srwm, mask)
         o, new_delta = delta_rule(
             *delta_inputs,
             initial_state=s_delta,
             output_final_state=True,
             chunk_size=self.chunk_size,
+            attention_mask=mask,
         )
         assert new_delta is not None
         b, t, _ = h.shape

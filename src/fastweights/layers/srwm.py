@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -10,6 +11,7 @@ from torch import Tensor, nn
 from fastweights.checks import check_choice
 from fastweights.layers.base import SequenceLayer
 from fastweights.ops._common import compute_dtype
+from fastweights.ops.masking import zero_padding
 from fastweights.ops.srwm import srwm, srwm_num_columns, srwm_read, srwm_reference, srwm_with_reads
 
 __all__ = ["SRWMLayer", "pack_srwm_blocks", "SRWM_IMPLS"]
@@ -135,11 +137,18 @@ class SRWMLayer(SequenceLayer):
         w = self.weight.to(x.dtype).to(compute_dtype(x.dtype))
         return w.unsqueeze(0).expand(x.shape[0], *w.shape)
 
-    def core(self, h: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``SRWM(φ(h))``: ``h [B, T, D]`` → ``(c [B, T, D], fast weights [B, H, E, 3E+4])``."""
+    def core(
+        self, h: Tensor, state: Tensor | None = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``SRWM(φ(h))``: ``h [B, T, D]`` → ``(c [B, T, D], fast weights [B, H, E, 3E+4])``;
+        ``attention_mask [B, T]``: the SRWM's input is zero at padding (an exact no-op, ``ops.srwm``)."""
         op = srwm if self.impl == "fast" else srwm_reference
         y, new_state = op(
-            self._heads(h), self.weight.to(h.dtype), initial_state=state, output_final_state=True
+            self._heads(h),
+            self.weight.to(h.dtype),
+            initial_state=state,
+            output_final_state=True,
+            attention_mask=self.check_mask(h, attention_mask),
         )
         b, t, _ = h.shape
         return y.reshape(b, t, self.d_model), new_state
@@ -214,14 +223,23 @@ class SRWMLayer(SequenceLayer):
         return self._output(x, y)
 
     def forward_with_reads(
-        self, x: Tensor, x_read: Tensor, state: Tensor | None = None
+        self, x: Tensor, x_read: Tensor, state: Tensor | None = None, *, attention_mask: Any = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Exact fused form of :meth:`SequenceLayer.forward_with_reads` (``ops.srwm_with_reads``)."""
+        """Exact fused form of :meth:`SequenceLayer.forward_with_reads` (``ops.srwm_with_reads``; with
+        ``attention_mask`` the padded inputs are zero, an exact no-op, and both outputs zero there)."""
         if self.impl == "reference":
-            return super().forward_with_reads(x, x_read, state)
+            return super().forward_with_reads(x, x_read, state, attention_mask=attention_mask)
         self.check_reads(x, x_read)
+        mask = self.check_mask(x, attention_mask)
         hx, hx_read = self.block_input(x), self.block_input(x_read)
         y, y_read, new_state = srwm_with_reads(
-            self._heads(hx), self._heads(hx_read), self.weight.to(hx.dtype), initial_state=state
+            self._heads(hx),
+            self._heads(hx_read),
+            self.weight.to(hx.dtype),
+            initial_state=state,
+            attention_mask=mask,
         )
-        return self._output(x, y), self._output(x_read, y_read), new_state
+        out, out_read = self._output(x, y), self._output(x_read, y_read)
+        if mask is not None:
+            out, out_read = zero_padding(out, mask), zero_padding(out_read, mask)
+        return out, out_read, new_state

@@ -17,7 +17,8 @@ from fastweights.checks import check_int
 from fastweights.layers.base import SequenceLayer
 from fastweights.layers.conv import causal_depthwise_conv
 from fastweights.layers.rotary import apply_rotary, rotary_tables
-from fastweights.ops.ttt import ttt_linear, ttt_mlp
+from fastweights.ops.masking import real_positions, zero_padding
+from fastweights.ops.ttt import row_offsets, ttt_linear, ttt_mlp
 
 __all__ = ["TTTLinearLayer", "TTTMLPLayer", "rope_tables"]
 
@@ -109,25 +110,43 @@ class _TTTBase(SequenceLayer):
         return self.ttt_base_lr * torch.sigmoid(logits) / self.head_dim
 
     def qkv(
-        self, x: Tensor, offset: int, conv_state: Tensor | None
+        self,
+        x: Tensor,
+        offset: int | Tensor,
+        conv_state: Tensor | None,
+        attention_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """``x [B, T, C]`` → ``q, k, v [B, T, H, D]`` (RoPE at positions ``(offset + t) mod b``) and the
         new conv state ``[B, C, conv_kernel]`` (last inputs of the shared q/k projection, oldest first;
-        ``None`` without ``share_qk``)."""
+        ``None`` without ``share_qk``). ``offset`` may be per row (``[B]``); with ``attention_mask``
+        (validated bool ``[B, T]``) ``t`` counts each row's real tokens and the convs skip padding."""
         b, t, c = x.shape
         new_conv = None
         if self.share_qk:
             xqk = self.q_proj(x)
-            xq, new_conv = causal_depthwise_conv(xqk, self.conv_q.weight, self.conv_q.bias, conv_state)
-            xk, _ = causal_depthwise_conv(xqk, self.conv_k.weight, self.conv_k.bias, conv_state)
+            xq, new_conv = causal_depthwise_conv(
+                xqk, self.conv_q.weight, self.conv_q.bias, conv_state, attention_mask
+            )
+            xk, _ = causal_depthwise_conv(
+                xqk, self.conv_k.weight, self.conv_k.bias, conv_state, attention_mask
+            )
         else:
             xq, xk = self.q_proj(x), self.k_proj(x)
         xv = self.v_proj(x)
         shape = (b, t, self.num_heads, self.head_dim)
-        pos = (torch.arange(t, device=x.device) + offset) % self.mini_batch_size
         dt = xv.dtype  # the projection dtype (bfloat16 under autocast)
-        # float32 tables cast to the activation dtype, as the reference does (``RotaryEmbedding``)
-        cos, sin = (z.to(dt)[:, None] for z in rotary_tables(pos, self.head_dim, self.rope_theta))
+        if attention_mask is None and not isinstance(offset, Tensor):
+            pos = (torch.arange(t, device=x.device) + offset) % self.mini_batch_size
+            # float32 tables cast to the activation dtype, as the reference does (``RotaryEmbedding``)
+            cos, sin = (z.to(dt)[:, None] for z in rotary_tables(pos, self.head_dim, self.rope_theta))
+        else:  # one position per row and step: [B, T] tables, broadcast over the heads
+            real = (
+                torch.ones(b, t, dtype=torch.bool, device=x.device)
+                if attention_mask is None
+                else attention_mask
+            )
+            pos = real_positions(real, row_offsets(offset, b, x.device)) % self.mini_batch_size
+            cos, sin = (z.to(dt)[:, :, None] for z in rotary_tables(pos, self.head_dim, self.rope_theta))
         q = apply_rotary(xq.to(dt).reshape(shape), cos, sin, interleaved=True)
         k = apply_rotary(xk.to(dt).reshape(shape), cos, sin, interleaved=True)
         return q, k, xv.reshape(shape), new_conv
@@ -147,14 +166,26 @@ class _TTTBase(SequenceLayer):
         y = self.o_proj(c)
         return x + self.dropout(y) if self.residual else y
 
-    def forward_unpacked(self, x: Tensor, state: dict | None = None) -> tuple[Tensor, dict]:
+    def forward_unpacked(
+        self, x: Tensor, state: dict | None = None, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, dict]:
         """``x [B, T, C]`` → ``(out [B, T, C], state)`` (state and errors: see :meth:`core`); the token
-        scales are computed in ``x``'s dtype."""
-        c, new_state = self.core(self.block_input(x), state, scale_dtype=x.dtype)
-        return self.block_output(x, c), new_state
+        scales are computed in ``x``'s dtype; ``attention_mask``: the validated mask (or None), the
+        output zero at padding."""
+        if attention_mask is None:
+            c, new_state = self.core(self.block_input(x), state, scale_dtype=x.dtype)
+            return self.block_output(x, c), new_state
+        h = self.block_input(x)
+        c, new_state = self.core(h, state, scale_dtype=x.dtype, attention_mask=attention_mask)
+        return zero_padding(self.block_output(x, c), attention_mask), new_state
 
     def core(
-        self, h: Tensor, state: dict | None = None, *, scale_dtype: torch.dtype | None = None
+        self,
+        h: Tensor,
+        state: dict | None = None,
+        *,
+        scale_dtype: torch.dtype | None = None,
+        attention_mask: Tensor | None = None,
     ) -> tuple[Tensor, dict]:
         """The TTT layer up to ``o_proj``: ``h [B, T, C]`` → ``(c [B, T, C], state)`` with
         ``c = [GELU_tanh(g_proj(h)) *] post_norm(TTT(q, k, v of h))``.
@@ -165,8 +196,15 @@ class _TTTBase(SequenceLayer):
         one token at a time) gives the outputs of one call over the whole sequence. ``scale_dtype``: the
         dtype of the position scales (:meth:`token_scale`; ``None``: ``h``'s).
 
+        ``attention_mask [B, T]`` (see :meth:`SequenceLayer.forward`): every row reads and learns from
+        its real tokens only, its RoPE positions and mini-batches counted from its own offset (the
+        state's ``"offset"`` then is an int64 tensor ``[B]``), the shared q/k convs skip padding, and
+        ``c`` is zero at padding. A state with a per-row ``"offset"`` continues each row, with or
+        without a mask.
+
         Raises:
-            ValueError: if ``state`` is malformed (``x`` is validated by :meth:`forward`).
+            ValueError: if ``state`` or ``attention_mask`` is malformed (``x`` is validated by
+                :meth:`forward`).
         """
         if state is not None and not isinstance(state, dict):
             raise ValueError(
@@ -174,15 +212,16 @@ class _TTTBase(SequenceLayer):
             )
         inner = None if state is None else {k: v for k, v in state.items() if k != "conv_qk"}
         offset = 0 if state is None else state.get("offset", 0)
-        if not isinstance(offset, int):
-            raise ValueError(f"state: expected an int 'offset', got {offset!r}")
+        if not isinstance(offset, (int, Tensor)):
+            raise ValueError(f"state: expected an int 'offset' (or a tensor [B] of them), got {offset!r}")
+        mask = self.check_mask(h, attention_mask)
         conv_qk = None if state is None else state.get("conv_qk")
         if self.share_qk and state is not None:
             expected = (h.shape[0], self.d_model, self.conv_kernel)
             if not isinstance(conv_qk, Tensor) or tuple(conv_qk.shape) != expected:
                 got = list(conv_qk.shape) if isinstance(conv_qk, Tensor) else type(conv_qk).__name__
                 raise ValueError(f"state: expected 'conv_qk' of shape {list(expected)}, got {got}")
-        q, k, v, conv = self.qkv(h, offset, conv_qk)
+        q, k, v, conv = self.qkv(h, offset, conv_qk, mask)
         lr = self.learning_rate(h).to(q.dtype)
         op = ttt_linear if self._inner == "linear" else ttt_mlp
         o, new_state = op(
@@ -196,6 +235,7 @@ class _TTTBase(SequenceLayer):
             self.ttt_norm_bias,
             initial_state=inner,
             output_final_state=True,
+            attention_mask=mask,
         )
         assert new_state is not None
         y = self.post_norm(o.reshape(h.shape))
@@ -203,10 +243,11 @@ class _TTTBase(SequenceLayer):
             y = F.gelu(self.g_proj(h), approximate="tanh") * y
         if conv is not None:
             new_state["conv_qk"] = conv
-        return y, new_state
+        return (y if mask is None else zero_padding(y, mask)), new_state
 
     def repeat_state(self, state: Any, repeats: int) -> Any:
-        """Repeat every batch row of the state dict ``repeats`` times (the offset is shared)."""
+        """Repeat every batch row of the state dict ``repeats`` times (an int offset is shared, a
+        per-row offset tensor repeated)."""
         return {
             key: torch.repeat_interleave(val, repeats, dim=0) if isinstance(val, Tensor) else val
             for key, val in state.items()

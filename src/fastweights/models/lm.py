@@ -60,6 +60,7 @@ from fastweights.layers import (
 )
 from fastweights.layers.base import check_layer_input
 from fastweights.layers.conv import causal_depthwise_conv
+from fastweights.ops.masking import check_attention_mask, zero_padding
 from fastweights.train.modes import eval_mode
 
 __all__ = [
@@ -290,8 +291,12 @@ class _PreConv(nn.Module):
         # only the parameters are used (``causal_depthwise_conv``); padding as in the reference module
         self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model, padding=kernel - 1)
 
-    def forward(self, h: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor]:
-        y, state = causal_depthwise_conv(self.norm(h), self.conv.weight, self.conv.bias, state)
+    def forward(
+        self, h: Tensor, state: Tensor | None, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        y, state = causal_depthwise_conv(
+            self.norm(h), self.conv.weight, self.conv.bias, state, attention_mask
+        )
         return h + y, state
 
 
@@ -324,11 +329,18 @@ class _Block(nn.Module):
         self.mlp = SwiGLU(c, cfg.d_ff)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, h: Tensor, state: tuple[Any, Tensor | None] | None) -> tuple[Tensor, tuple]:
+    def forward(
+        self, h: Tensor, state: tuple[Any, Tensor | None] | None, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, tuple]:
         layer_state, conv_state = (None, None) if state is None else state
-        if hasattr(self, "conv"):
-            h, conv_state = self.conv(h, conv_state)
-        h, layer_state = self.seq_modeling_block(h, layer_state)
+        if attention_mask is None:
+            if hasattr(self, "conv"):
+                h, conv_state = self.conv(h, conv_state)
+            h, layer_state = self.seq_modeling_block(h, layer_state)
+        else:
+            if hasattr(self, "conv"):
+                h, conv_state = self.conv(h, conv_state, attention_mask)
+            h, layer_state = self.seq_modeling_block(h, layer_state, attention_mask=attention_mask)
         h = h + self.dropout(self.mlp(self.ffn_norm(h)))
         return h, (layer_state, conv_state)
 
@@ -340,6 +352,7 @@ class LMCache:
     mini-batch boundary + accumulated gradients; attention: K/V; DeltaNet/SRWM: fast weights)."""
 
     blocks: list[tuple[Any, Tensor | None]]
+    #: steps consumed, padding included (a padded batch's per-row progress is in the layers' states)
     seen_tokens: int
 
 
@@ -363,12 +376,19 @@ class LMBackbone(nn.Module):
         *,
         inputs_embeds: Tensor | None = None,
         cache: LMCache | None = None,
+        attention_mask: Tensor | None = None,
     ) -> tuple[Tensor, LMCache]:
         """``input_ids [B, T]`` (int64) or ``inputs_embeds [B, T, C]`` → ``(hidden [B, T, C], cache)``.
 
+        ``attention_mask [B, T]`` (bool, or integer / floating 0/1; 1 = real token, 0 = padding; each
+        row's real tokens contiguous) is passed to every block's pre-conv and sequence layer: each
+        row's hidden states at its real tokens and its cache are those of its real tokens alone
+        (continued from its cache), and the hidden states at padding are zeros.
+
         Raises:
             ValueError: unless exactly one of ``input_ids`` / ``inputs_embeds`` is given with the
-                expected shape, dtype and token range, or for a ``cache`` of another model/batch.
+                expected shape, dtype and token range, for a ``cache`` of another model/batch, or for a
+                bad ``attention_mask`` (naming it).
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("input_ids: expected exactly one of input_ids and inputs_embeds")
@@ -389,13 +409,17 @@ class LMBackbone(nn.Module):
                 f"cache: expected an LMCache returned by this model ({len(self.layers)} blocks), got "
                 f"{type(cache).__name__}"
             )
+        mask = None
+        if attention_mask is not None:
+            mask = check_attention_mask(attention_mask, h.shape[0], h.shape[1], h.device, "input_ids")
         states = [None] * len(self.layers) if cache is None else cache.blocks
         new_states = []
         for block, state in zip(self.layers, states, strict=True):
-            h, state = block(h, state)
+            h, state = block(h, state, mask)
             new_states.append(state)
         seen = (0 if cache is None else cache.seen_tokens) + h.shape[1]
-        return self.norm(h), LMCache(new_states, seen)
+        hidden = self.norm(h)
+        return (hidden if mask is None else zero_padding(hidden, mask)), LMCache(new_states, seen)
 
 
 def _check_ids(ids: Tensor, vocab_size: int) -> None:
@@ -415,6 +439,12 @@ class CausalLM(nn.Module):
     ``logits, cache = model(input_ids [B, T], cache=None)``; logits are float32 ``[B, T, vocab]``
     (upcast as in the reference). Passing the returned cache continues the sequences exactly:
     prefill then one token at a time gives the logits of one call over the whole sequence.
+
+    ``model(input_ids, cache, attention_mask=mask)`` takes a padded batch (``mask [B, T]``: 1 = real
+    token, 0 = padding, each row's real tokens contiguous; left or right padding): the logits at each
+    row's real tokens and its cache are those of the row's real tokens alone, and the logits at
+    padding are zeros. The cache continues every row (with or without a mask in later calls), which
+    is what :func:`generate` does for a left-padded batch of prompts.
     """
 
     def __init__(self, cfg: LMConfig) -> None:
@@ -432,10 +462,17 @@ class CausalLM(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids: Tensor, cache: LMCache | None = None) -> tuple[Tensor, LMCache]:
-        """See the class docstring. Raises ``ValueError`` for bad ``input_ids`` or ``cache``."""
-        h, cache = self.model(input_ids, cache=cache)
-        return self.lm_head(h).float(), cache
+    def forward(
+        self, input_ids: Tensor, cache: LMCache | None = None, *, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, LMCache]:
+        """See the class docstring. Raises ``ValueError`` for bad ``input_ids``, ``cache`` or
+        ``attention_mask``."""
+        if attention_mask is None:
+            h, cache = self.model(input_ids, cache=cache)
+            return self.lm_head(h).float(), cache
+        h, cache = self.model(input_ids, cache=cache, attention_mask=attention_mask)
+        mask = check_attention_mask(attention_mask, h.shape[0], h.shape[1], h.device, "input_ids")
+        return zero_padding(self.lm_head(h).float(), mask), cache
 
     def num_parameters(self) -> int:
         """Number of distinct parameters (a tied embedding counted once)."""
@@ -553,25 +590,42 @@ def generate(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
     progress: Callable[[int], Any] | None = None,
+    attention_mask: Tensor | None = None,
 ) -> Tensor:
     """Prefill ``input_ids [B, T]`` (T ≥ 1) with one call, then decode ``max_new_tokens`` tokens one at a
     time with the cache. ``temperature = 0`` is greedy decoding; ``top_k`` keeps the ``k`` most likely
     tokens before sampling; ``progress(1)`` is called after every generated token (e.g. a tqdm bar's
     ``update``). Returns ``[B, T + max_new_tokens]`` int64 (prompt included).
 
+    ``attention_mask [B, T]`` (1 = real token, 0 = padding) prefills a batch of prompts of different
+    lengths, left-padded (each row's real tokens contiguous and ending at the last step): every row
+    then continues as its own prompt alone would (greedy decoding gives each row's tokens of a
+    one-prompt call). The padding stays in the returned tensor; its mask is ``attention_mask``
+    followed by ones.
+
     Raises:
-        ValueError: for an empty prompt, ``max_new_tokens < 0``, ``temperature < 0`` or ``top_k < 1``.
+        ValueError: for an empty prompt, ``max_new_tokens < 0``, ``temperature < 0``, ``top_k < 1``, or
+            a bad ``attention_mask`` (also: a row whose last prompt step is padding).
     """
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:
         got = list(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids: expected a non-empty prompt tensor [B, T >= 1], got {got}")
+    if attention_mask is not None:
+        b, t = input_ids.shape
+        mask = check_attention_mask(attention_mask, b, t, input_ids.device, "input_ids")
+        if not bool(mask[:, -1].all()):
+            row = int((~mask[:, -1]).nonzero()[0, 0])
+            raise ValueError(
+                "attention_mask: expected left padding for generate (every row's last prompt step a real "
+                f"token), got row {row} ending in padding"
+            )
     check_int("max_new_tokens", max_new_tokens, low=0)
     check_real("temperature", temperature, low=0)
     if top_k is not None and (not is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k: expected None or an int >= 1, got {top_k!r}")
     out = [input_ids.long()]
     with eval_mode(model):
-        logits, cache = model(input_ids)
+        logits, cache = model(input_ids, attention_mask=attention_mask)
         for i in range(max_new_tokens):
             last = logits[:, -1]
             scaled = last / temperature if temperature > 0 else last

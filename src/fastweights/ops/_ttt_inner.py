@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from fastweights.checks import check_finite, describe
+from fastweights.checks import check_finite, describe, is_int
 from fastweights.ops._common import compute_dtype
 
 _LINEAR = ("W1", "b1")
@@ -81,10 +81,7 @@ def _check_inputs(
             raise ValueError(
                 f"initial_state: expected a dict (see the module docstring), got {describe(initial_state)}"
             )
-        offset = initial_state.get("offset")
-        mbs = token_scale.shape[0]
-        if not isinstance(offset, int) or not 0 <= offset < mbs:
-            raise ValueError(f"initial_state: expected an int 'offset' in [0, {mbs}), got {offset!r}")
+        check_offset(initial_state.get("offset"), b, token_scale.shape[0], q.device)
         for name, shape in expected.items():
             for key in (f"{name}_states", f"{name}_grad"):
                 x = initial_state.get(key)
@@ -98,6 +95,36 @@ def _check_inputs(
     tensors["q"] = q
     for name, x in tensors.items():
         check_finite(name, x)
+
+
+def check_offset(offset: object, batch: int, mbs: int, device: torch.device) -> None:
+    """Validate a state's ``"offset"``: an int in ``[0, mbs)`` (shared by every row), or an integer
+    tensor ``[batch]`` of such values (one per row: the state of a padded batch, whose rows consumed
+    different numbers of tokens) on ``device``.
+
+    Raises:
+        ValueError: naming ``initial_state``.
+    """
+    if isinstance(offset, Tensor):
+        ok = offset.dtype in (torch.int64, torch.int32) and tuple(offset.shape) == (batch,)
+        ok = ok and offset.device == torch.device(device) and bool(((offset >= 0) & (offset < mbs)).all())
+        if not ok:
+            raise ValueError(
+                f"initial_state: expected an 'offset' tensor of shape [{batch}] with ints in [0, {mbs}) on "
+                f"{device}, got {describe(offset)} on {offset.device}"
+            )
+    elif not is_int(offset) or not 0 <= offset < mbs:
+        raise ValueError(
+            f"initial_state: expected an int 'offset' in [0, {mbs}) (or a tensor [{batch}] of them), "
+            f"got {offset!r}"
+        )
+
+
+def row_offsets(offset: int | Tensor, batch: int, device: torch.device) -> Tensor:
+    """A state's ``"offset"`` (validated by :func:`check_offset`) as an int64 tensor ``[batch]``."""
+    if isinstance(offset, Tensor):
+        return offset.to(torch.int64)
+    return torch.full((batch,), offset, dtype=torch.int64, device=device)
 
 
 def ttt_initial_state(params: dict[str, Tensor], batch_size: int, dtype: torch.dtype | None = None) -> dict:
@@ -114,9 +141,18 @@ def ttt_initial_state(params: dict[str, Tensor], batch_size: int, dtype: torch.d
 def ttt_current_weights(state: dict, token_scale: Tensor) -> dict[str, Tensor]:
     """The inner weights the last processed token was read with: ``W_states - s_offset * W_grad``
     (``W_states`` itself at a mini-batch boundary). Keys ``"W1"``, ``"b1"`` [, ``"W2"``, ``"b2"``],
-    each ``[B, H, ...]``; this is the reference's ``final_ttt_state`` of a no-cache forward."""
+    each ``[B, H, ...]``; this is the reference's ``final_ttt_state`` of a no-cache forward. A per-row
+    ``offset`` tensor (the state of a padded batch) gives each row its own scale."""
     offset = state["offset"]
     names = [k[: -len("_states")] for k in state if k.endswith("_states")]
+    if isinstance(offset, Tensor):  # one offset per row (a padded batch's state): 0 reads W_states
+        s = torch.where(offset > 0, token_scale[(offset - 1).clamp_min(0)], 0.0)
+        out = {}
+        for n in names:
+            grad = state[f"{n}_grad"]
+            s_n = s.to(grad.dtype).view(-1, *([1] * (grad.dim() - 1)))
+            out[n] = state[f"{n}_states"] - s_n * grad
+        return out
     if offset == 0:
         return {n: state[f"{n}_states"] for n in names}
     s = token_scale[offset - 1]
@@ -248,7 +284,8 @@ def _prepare(
         state = ttt_initial_state(params, q.shape[0], dtype)
     else:
         state = {
-            key: (val.to(dtype) if isinstance(val, Tensor) else val) for key, val in initial_state.items()
+            key: (val.to(dtype) if isinstance(val, Tensor) and key != "offset" else val)
+            for key, val in initial_state.items()
         }
     lnw, lnb = ln_weight.to(dtype).unsqueeze(1), ln_bias.to(dtype).unsqueeze(1)  # [H, 1, D]
     return dtype, qh, kh, vh, lrh, token_scale.to(dtype), state, lnw, lnb
@@ -282,13 +319,23 @@ _ARGS_DOC = """
             ``output_final_state=True`` (see the module docstring); its weights win over the slow ones.
         output_final_state: also return the final state dict.
         eps: LayerNorm epsilon (1e-6 in the reference).
+        attention_mask: optional ``[B, T]`` padding mask: bool, or integer / floating 0/1 (1 = real
+            token, 0 = padding), each row's real tokens contiguous. Every row is its real tokens alone,
+            continued from its own state: its mini-batches are counted from its own ``offset`` (a
+            padded token neither adds to the sums nor moves the position), so the outputs at its real
+            tokens and its final state are those of the unpadded row, a partial last mini-batch
+            included; the outputs at padding are zeros and no gradient reaches a padded input. With a
+            mask, or an ``initial_state`` whose ``"offset"`` is a tensor ``[B]`` (one per row), the
+            final state's ``"offset"`` is an int64 tensor ``[B]``. ``None`` (and an int ``offset``) is
+            the unmasked computation, unchanged.
 
     Returns:
         ``(o, state)``: ``o [B, T, H, D]`` in the dtype of ``q`` (``q + LN_h(f_res(q; W_i))`` per token);
         ``state`` or ``None``.
 
     Raises:
-        ValueError: naming the argument, on wrong shapes/dtypes, a malformed state or NaN/Inf inputs.
+        ValueError: naming the argument, on wrong shapes/dtypes, a malformed state or NaN/Inf inputs, or
+            a bad ``attention_mask`` (:func:`fastweights.ops.masking.check_attention_mask`).
 """
 
 _LIN_PARAMS = "W1, b1: ``[H, D, D]``, ``[H, 1, D]`` slow initial inner weights (tiled over the batch)."

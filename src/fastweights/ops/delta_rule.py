@@ -37,9 +37,15 @@ from fastweights.ops._common import (
     initial_kv_state,
     to_chunks,
 )
+from fastweights.ops.masking import supports_attention_mask
 from fastweights.ops.packing import supports_cu_seqlens
 
 __all__ = ["delta_rule", "delta_rule_reference", "delta_rule_read", "check_delta_rule_inputs"]
+
+# padded steps of a masked call: the rate is zeroed there
+_masked = supports_attention_mask(
+    "beta", "``beta = 0`` there makes the write ``u = beta (v - k S)`` vanish", like="q"
+)
 
 
 def check_delta_rule_inputs(
@@ -61,6 +67,7 @@ def check_delta_rule_inputs(
 
 
 @supports_cu_seqlens("q", "k", "v", "beta")
+@_masked
 def delta_rule_reference(
     q: Tensor,
     k: Tensor,
@@ -111,6 +118,7 @@ def delta_rule_reference(
 
 
 @supports_cu_seqlens("q", "k", "v", "beta")
+@_masked
 def delta_rule(
     q: Tensor,
     k: Tensor,

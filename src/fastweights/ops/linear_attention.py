@@ -35,9 +35,13 @@ from fastweights.ops._common import (
     initial_kv_state,
     to_chunks,
 )
+from fastweights.ops.masking import supports_attention_mask
 from fastweights.ops.packing import supports_cu_seqlens
 
 __all__ = ["linear_attention", "linear_attention_reference", "check_linear_attention_inputs"]
+
+# padded steps of a masked call: the key is zeroed there
+_masked = supports_attention_mask("k", "``k = 0`` there makes the write ``outer(k, v)`` vanish", like="q")
 
 
 def check_linear_attention_inputs(q: Tensor, k: Tensor, v: Tensor, initial_state: Tensor | None) -> None:
@@ -51,6 +55,7 @@ def check_linear_attention_inputs(q: Tensor, k: Tensor, v: Tensor, initial_state
 
 
 @supports_cu_seqlens("q", "k", "v")
+@_masked
 def linear_attention_reference(
     q: Tensor,
     k: Tensor,
@@ -95,6 +100,7 @@ def linear_attention_reference(
 
 
 @supports_cu_seqlens("q", "k", "v")
+@_masked
 def linear_attention(
     q: Tensor,
     k: Tensor,

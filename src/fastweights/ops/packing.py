@@ -8,7 +8,8 @@ state has one row per sequence.
 
 :func:`run_packed` implements this for any op or layer by running each sequence separately — exact by
 construction, and the reason the ops and layers need no packing code of their own. Its cost is one
-call per sequence.
+call per sequence. Padded batches (``attention_mask``, :mod:`fastweights.ops.masking`) are the other
+way to give sequences of different lengths; the two are not combined in one call.
 """
 
 from __future__ import annotations
@@ -23,7 +24,20 @@ from torch import Tensor
 
 from fastweights.checks import describe
 
-__all__ = ["check_cu_seqlens", "run_packed", "select_state", "stack_states", "supports_cu_seqlens"]
+__all__ = [
+    "MASK_WITH_CU_SEQLENS",
+    "check_cu_seqlens",
+    "run_packed",
+    "select_state",
+    "stack_states",
+    "supports_cu_seqlens",
+]
+
+#: the error for a padding mask given together with packed sequences
+MASK_WITH_CU_SEQLENS = (
+    "attention_mask: expected None with cu_seqlens (packed sequences have no padding), got a mask; "
+    "pass either a padded batch with attention_mask or packed sequences with cu_seqlens"
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -197,6 +211,8 @@ def supports_cu_seqlens(*sequence_args: str) -> Callable[[F], F]:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             arguments = dict(bound.arguments)
+            if arguments.get("attention_mask") is not None:
+                raise ValueError(MASK_WITH_CU_SEQLENS)
             for name in sequence_args:
                 x = arguments[name]
                 if not isinstance(x, Tensor) or x.dim() < 2:

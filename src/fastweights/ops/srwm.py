@@ -34,10 +34,19 @@ from torch import Tensor
 
 from fastweights.checks import check_finite, check_int, describe
 from fastweights.ops._common import compute_dtype
+from fastweights.ops.masking import check_attention_mask, supports_attention_mask, zero_padding
 from fastweights.ops.packing import supports_cu_seqlens
 from fastweights.ops.srwm_dispatch import srwm_fast_path
 
 __all__ = ["srwm", "srwm_reference", "srwm_read", "srwm_with_reads", "srwm_num_columns", "check_srwm_inputs"]
+
+
+# padded steps of a masked call: the input is zeroed there
+_ZERO_INPUT = (
+    "a zero input there is an exact no-op (``y = x W^y = 0``; the logits of ``q`` and ``k`` are both "
+    "0, so ``q = k``, every ``d^* = (q - k) W^* = 0`` and the update vanishes)"
+)
+_masked = supports_attention_mask("x", _ZERO_INPUT)
 
 
 def srwm_num_columns(head_dim: int, d_out: int | None = None) -> int:
@@ -94,6 +103,7 @@ def _initial_weights(x: Tensor, weight: Tensor, initial_state: Tensor | None) ->
 
 
 @supports_cu_seqlens("x")
+@_masked
 def srwm_reference(
     x: Tensor,
     weight: Tensor,
@@ -150,6 +160,7 @@ def srwm_reference(
 
 
 @supports_cu_seqlens("x")
+@_masked
 def srwm(
     x: Tensor,
     weight: Tensor,
@@ -195,6 +206,7 @@ def srwm_with_reads(
     *,
     initial_state: Tensor | None = None,
     d_out: int | None = None,
+    attention_mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`srwm` plus a read-only input stream: ``y_read_t = x_read_t W^y_{t-1}``.
 
@@ -206,13 +218,18 @@ def srwm_with_reads(
         x: ``[B, T, H, E]`` the sequence that updates the fast weights.
         x_read: ``[B, T, H, E]`` inputs read (not written) at every step.
         weight, initial_state, d_out: as for :func:`srwm`.
+        attention_mask: optional ``[B, T]`` padding mask (bool or 0/1; 1 = real step; each row's real
+            steps contiguous). ``x`` is zeroed at the padding (an exact no-op, see :func:`srwm`), so the
+            read at a real step ``t`` sees the state after the real steps before it; ``y`` and
+            ``y_read`` are zeros at the padding.
 
     Returns:
         ``(y [B, T, H, d_out], y_read [B, T, H, d_out], final state [B, H, E, C])``.
 
     Raises:
-        ValueError: on bad shapes/dtypes or NaN/Inf inputs (as for :func:`srwm`), or if ``x_read`` does
-            not match ``x`` or holds NaN/Inf.
+        ValueError: on bad shapes/dtypes or NaN/Inf inputs (as for :func:`srwm`), if ``x_read`` does
+            not match ``x`` or holds NaN/Inf, or for a bad ``attention_mask``
+            (:func:`fastweights.ops.masking.check_attention_mask`).
     """
     check_srwm_inputs(x, weight, initial_state, d_out)
     if not isinstance(x_read, Tensor) or x_read.shape != x.shape or x_read.dtype != x.dtype:
@@ -220,10 +237,16 @@ def srwm_with_reads(
             f"x_read: expected shape {list(x.shape)} and dtype {x.dtype}, got {describe(x_read)}"
         )
     check_finite("x_read", x_read)
+    mask = None
+    if attention_mask is not None:
+        mask = check_attention_mask(attention_mask, x.shape[0], x.shape[1], x.device)
+        x = zero_padding(x, mask)
     with torch.autocast(x.device.type, enabled=False):
         w0 = _initial_weights(x, weight, initial_state)
         y, y_read, w = srwm_fast_path(x.to(w0.dtype), x_read.to(w0.dtype), w0)
     assert y_read is not None
+    if mask is not None:
+        y, y_read = zero_padding(y, mask), zero_padding(y_read, mask)
     return y.to(x.dtype), y_read.to(x.dtype), w
 
 

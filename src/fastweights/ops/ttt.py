@@ -26,10 +26,18 @@ With ``W^m`` the weights at the start of mini-batch m, token i of the mini-batch
 State (the reference's ``TTTCache`` layout): a dict with ``"W1_states"`` ``[B, H, ...]`` (and ``b1``,
 ``W2``, ``b2`` for the MLP) = the weights at the last mini-batch boundary, ``"W1_grad"`` etc. = the
 running sums ``sum_j lr_j grad l_j(W_states)`` since that boundary (not yet scaled by ``s``), and
-``"offset"`` (int) = the number of tokens consumed modulo ``b``. The weights that the last token was
+``"offset"`` (int) = the number of tokens consumed modulo ``b`` (an int64 tensor ``[B]``, one per
+row, for the state of a padded batch: ``attention_mask``, whose rows consume different numbers of
+tokens). The weights that the last token was
 read with are ``W_states - s_offset * W_grad`` (see :func:`ttt_current_weights`). A sequence processed
 in several calls with the state carried gives exactly the outputs of one call, at any split point
 (the reference implementation only supports prefill from a boundary, then single tokens).
+
+Padding (``attention_mask``): the dual form puts row ``b``'s ``j``-th real token at step
+``offset_b + j`` of one frame shared by the batch (``ops.masking.left_justify``), so that every row's
+mini-batch boundaries are the frame's, with zero learning rates at the frame's padding; a row whose
+tokens end inside a whole mini-batch has its state taken there, before the boundary would commit its
+sums. The per-token reference keeps one position per row instead.
 
 Quirk reproduced on purpose: the TTT-MLP inner gradient uses the reference's analytic tanh-GELU
 derivative with its truncated constants ``0.79788456`` and ``0.1070322243`` (``gelu_bwd``); the per-token
@@ -58,12 +66,21 @@ from fastweights.ops._ttt_inner import (
     _ln_l2_grad,
     _prepare,
     _segments,
+    row_offsets,
     ttt_current_weights,
     ttt_initial_state,
+)
+from fastweights.ops.masking import (
+    check_attention_mask,
+    left_justify,
+    mask_lengths,
+    restore_padding,
+    zero_padding,
 )
 from fastweights.ops.packing import supports_cu_seqlens
 
 __all__ = [
+    "row_offsets",
     "ttt_linear",
     "ttt_linear_reference",
     "ttt_mlp",
@@ -91,11 +108,26 @@ def _read(names: tuple[str, ...], w: dict[str, Tensor], q: Tensor, lnw, lnb, eps
 
 
 def _reference(
-    names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
+    names,
+    q,
+    k,
+    v,
+    lr,
+    token_scale,
+    params,
+    ln_weight,
+    ln_bias,
+    initial_state,
+    output_final_state,
+    eps,
+    attention_mask=None,
 ):
     dtype, qh, kh, vh, lrh, s, state, lnw, lnb = _prepare(
         names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state
     )
+    mask = _row_mask(attention_mask, q, state)
+    if mask is not None:
+        return _reference_rows(names, q, qh, kh, vh, lrh, s, state, lnw, lnb, output_final_state, eps, mask)
     mbs = s.shape[0]
     with torch.autocast(q.device.type, enabled=False):
         ws = {n: state[f"{n}_states"] for n in names}
@@ -113,6 +145,49 @@ def _reference(
             if pos == mbs:  # mini-batch boundary: W^{m+1} = W_b, sums restart
                 ws, acc, pos = w_t, {n: torch.zeros_like(acc[n]) for n in names}, 0
         o = torch.stack(outs, dim=2) if outs else qh.clone()
+    final = {"offset": pos, **{f"{n}_states": ws[n] for n in names}, **{f"{n}_grad": acc[n] for n in names}}
+    return _finish(o, q, final, output_final_state)
+
+
+def _row_mask(attention_mask: object, q: Tensor, state: dict) -> Tensor | None:
+    """The validated padding mask ``[B, T]`` (all real when only the state has per-row offsets), or None
+    for the shared-offset computation (no mask, an int ``offset``)."""
+    if attention_mask is None and not isinstance(state["offset"], Tensor):
+        return None
+    b, t = q.shape[:2]
+    if attention_mask is None:
+        return torch.ones(b, t, dtype=torch.bool, device=q.device)
+    return check_attention_mask(attention_mask, b, t, q.device, "q")
+
+
+def _reference_rows(names, q, qh, kh, vh, lrh, s, state, lnw, lnb, output_final_state, eps, mask):
+    """The per-token reference with a padding mask and one mini-batch position per row: a padded token
+    adds nothing to its row's sums and does not advance its position (``[B, H, T, D]`` inputs)."""
+    mbs, b = s.shape[0], qh.shape[0]
+
+    def rows(x: Tensor) -> Tensor:  # [B] -> [B, 1, 1, 1]
+        return x.view(b, 1, 1, 1)
+
+    with torch.autocast(q.device.type, enabled=False):
+        ws = {n: state[f"{n}_states"] for n in names}
+        acc = {n: state[f"{n}_grad"] for n in names}
+        pos = row_offsets(state["offset"], b, q.device)
+        grad_fn = torch.func.grad(lambda w, kt, vt: _inner_loss(names, w, kt, vt, lnw, lnb, eps))
+        outs = []
+        for t in range(qh.shape[2]):
+            real = mask[:, t]
+            g = grad_fn(ws, kh[:, :, t], vh[:, :, t])
+            lr_t = torch.where(real[:, None], lrh[:, :, t], 0.0)[..., None, None]
+            acc = {n: acc[n] + lr_t * g[n] for n in names}
+            w_t = {n: ws[n] - rows(s[pos]) * acc[n] for n in names}
+            outs.append(_read(names, w_t, qh[:, :, t], lnw, lnb, eps))
+            pos = pos + real.to(torch.int64)
+            full = pos == mbs  # rows at a mini-batch boundary: W^{m+1} = W_b, sums restart
+            ws = {n: torch.where(rows(full), w_t[n], ws[n]) for n in names}
+            acc = {n: torch.where(rows(full), 0.0, acc[n]) for n in names}
+            pos = torch.where(full, 0, pos)
+        o = torch.stack(outs, dim=2) if outs else qh.clone()
+        o = zero_padding(o.transpose(1, 2), mask).transpose(1, 2)
     final = {"offset": pos, **{f"{n}_states": ws[n] for n in names}, **{f"{n}_grad": acc[n] for n in names}}
     return _finish(o, q, final, output_final_state)
 
@@ -156,11 +231,26 @@ def _dual(
     output_final_state,
     eps,
     exact=False,
+    attention_mask=None,
 ):
     dtype, qh, kh, vh, lrh, s, state, lnw, lnb = _prepare(
         names, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state
     )
     mbs = s.shape[0]
+    mask = _row_mask(attention_mask, q, state)
+    if mask is not None:
+        # one frame for the batch, with row b's j-th real token at step offset_b + j: the frame's
+        # mini-batches are every row's own, from one shared start (offset 0); ``ends`` = where each
+        # row's tokens end in it
+        starts = row_offsets(state["offset"], q.shape[0], q.device)
+        ends = starts + mask_lengths(mask)
+        end_steps = ends.tolist()  # one host sync: the frame's length and where captures are needed
+        length = max(end_steps, default=0)
+
+        def to_frame(x: Tensor) -> Tensor:  # [B, H, T, ...] -> [B, H, length, ...]
+            return left_justify(x.transpose(1, 2), mask, starts, length).transpose(1, 2)
+
+        qh, kh, vh, lrh = (to_frame(x) for x in (qh, kh, vh, lrh))
     mlp = names == _MLP
     gelu_grad = _gelu_tanh_grad_exact if exact else _gelu_tanh_grad
     b, h, t, d = qh.shape
@@ -172,13 +262,23 @@ def _dual(
 
     with torch.autocast(q.device.type, enabled=False):
         ws = {n: flat(state[f"{n}_states"]) for n in names}
-        has_acc = state["offset"] > 0
-        acc = {n: flat(state[f"{n}_grad"]) for n in names} if has_acc else {}
+        if mask is None:
+            has_acc = state["offset"] > 0
+            acc = {n: flat(state[f"{n}_grad"]) for n in names} if has_acc else {}
+        else:  # the running sums of the rows that continue a mini-batch (the others' are zero)
+            carried = starts > 0
+            has_acc = bool(carried.any())
+            keep = carried.repeat_interleave(h).view(bh, 1, 1)
+            acc = {n: torch.where(keep, flat(state[f"{n}_grad"]), 0.0) for n in names} if has_acc else {}
         lnw_flat = lnw.expand(b, h, 1, d).reshape(bh, 1, d)
         # bias - target of the inner loss (see _ln_l2_grad), for the whole sequence at once
         qf, kf, shifted_all, lrf = (flat(x) for x in (qh, kh, lnb - (vh - kh), lrh))
-        segments = list(_segments(state["offset"], t, mbs))
+        segments = list(_segments(state["offset"] if mask is None else 0, t, mbs))
         masks: dict[int, Tensor] = {}
+        # masked: the states of the rows whose tokens end inside a whole mini-batch, taken before its
+        # boundary (the frame goes on with padding there, which would commit their sums)
+        captured: dict[str, Tensor] = {}
+        taken: Tensor | None = None
 
         def future(n: int) -> Tensor:  # [n, n], True above the diagonal (made once per length)
             if n not in masks:
@@ -229,6 +329,20 @@ def _dual(
                 z = torch.baddbmm(z, _dual_attention(x, x2, scaled), g2, alpha=-1)
                 sources["W2"] = (x2, g2)
             zs.append(z)
+            if mask is not None and pos + n == mbs and any(start < e < start + n for e in end_steps):
+                inside = (ends > start) & (ends < start + n)
+                sel = inside.repeat_interleave(h).view(bh, 1, 1)
+                taken = sel if taken is None else taken | sel
+                lr_j = lrf[:, start : start + n].unsqueeze(-1)  # without s_b: the state's sums
+                for m, (keys, g) in sources.items():
+                    lr_g = lr_j * g
+                    bias = f"b{m[1:]}"
+                    sums = {m: keys.transpose(1, 2) @ lr_g, bias: lr_g.sum(dim=1, keepdim=True)}
+                    for key, total in sums.items():
+                        total = acc[key] + total if has_acc else total
+                        w_key, g_key = f"{key}_states", f"{key}_grad"
+                        captured[w_key] = torch.where(sel, ws[key], captured.get(w_key, ws[key]))
+                        captured[g_key] = torch.where(sel, total, captured.get(g_key, total))
             # lr_col carries s_b at a boundary: the sums sum_j (s_b) lr_j keys_j^T g_j and the bias's
             boundary, new = pos + n == mbs, {}
             for m, (keys, g) in sources.items():
@@ -247,8 +361,13 @@ def _dual(
                 acc, has_acc = {m: acc[m] + new[m] if has_acc else new[m] for m in names}, True
         if not has_acc:
             acc = {m: torch.zeros_like(ws[m]) for m in names}
+        if taken is not None:
+            ws = {m: torch.where(taken, captured[f"{m}_states"], ws[m]) for m in names}
+            acc = {m: torch.where(taken, captured[f"{m}_grad"], acc[m]) for m in names}
         o = qh + _ln(torch.cat(zs, dim=1).reshape(b, h, t, d), lnw, lnb, eps) if zs else qh.clone()
-    offset = (state["offset"] + t) % mbs
+        if mask is not None:  # back from the frame to the padded steps (zeros at the padding)
+            o = restore_padding(o.transpose(1, 2), mask, starts).transpose(1, 2)
+    offset = (state["offset"] + t) % mbs if mask is None else ends % mbs
     final = {
         "offset": offset,
         **{f"{m}_states": ws[m].reshape(b, h, *ws[m].shape[1:]) for m in names},
@@ -274,11 +393,11 @@ def ttt_linear_reference(
     initial_state: dict | None = None,
     output_final_state: bool = False,
     eps: float = 1e-6,
+    attention_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1}
-    return _reference(
-        _LINEAR, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
-    )
+    args = (q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps)
+    return _reference(_LINEAR, *args, attention_mask=attention_mask)
 
 
 def ttt_linear(
@@ -295,11 +414,11 @@ def ttt_linear(
     initial_state: dict | None = None,
     output_final_state: bool = False,
     eps: float = 1e-6,
+    attention_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1}
-    return _dual(
-        _LINEAR, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
-    )
+    args = (q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps)
+    return _dual(_LINEAR, *args, attention_mask=attention_mask)
 
 
 def ttt_mlp_reference(
@@ -318,11 +437,11 @@ def ttt_mlp_reference(
     initial_state: dict | None = None,
     output_final_state: bool = False,
     eps: float = 1e-6,
+    attention_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
-    return _reference(
-        _MLP, q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps
-    )
+    args = (q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps)
+    return _reference(_MLP, *args, attention_mask=attention_mask)
 
 
 def ttt_mlp(
@@ -342,23 +461,11 @@ def ttt_mlp(
     output_final_state: bool = False,
     eps: float = 1e-6,
     exact_gelu_grad: bool = False,
+    attention_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict | None]:
     params = {"W1": W1, "b1": b1, "W2": W2, "b2": b2}
-    return _dual(
-        _MLP,
-        q,
-        k,
-        v,
-        lr,
-        token_scale,
-        params,
-        ln_weight,
-        ln_bias,
-        initial_state,
-        output_final_state,
-        eps,
-        exact_gelu_grad,
-    )
+    args = (q, k, v, lr, token_scale, params, ln_weight, ln_bias, initial_state, output_final_state, eps)
+    return _dual(_MLP, *args, exact_gelu_grad, attention_mask=attention_mask)
 
 
 ttt_linear_reference.__doc__ = (
