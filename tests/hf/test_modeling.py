@@ -258,3 +258,16 @@ def test_the_loss_helper_scores_nothing_when_every_label_is_ignored():
     with torch.no_grad():
         loss = hf(ids, labels=torch.full_like(ids, -100)).loss
     assert torch.isnan(loss)  # the mean over no scored position (as documented)
+
+
+@pytest.mark.parametrize("layer", ["softmax_attention", "ttt_linear"])
+def test_generate_continues_from_a_returned_cache(layer):
+    _, hf = _pair(layer)
+    ids = _ids(t=5)
+    cache = FastweightsCache()
+    first = hf.generate(ids, max_new_tokens=4, do_sample=False, cache=cache, return_dict_in_generate=True)
+    assert first.cache is cache and cache.get_seq_length() == 8  # the last token is not fed yet
+    more = hf.generate(first.sequences, max_new_tokens=3, do_sample=False, cache=cache)  # only new tokens run
+    assert torch.equal(more, hf.generate(ids, max_new_tokens=7, do_sample=False))
+    samples = hf.generate(ids, max_new_tokens=3, do_sample=True, num_return_sequences=3)
+    assert samples.shape == (6, 8) and torch.equal(samples[:, :5], ids.repeat_interleave(3, 0))
