@@ -4,9 +4,9 @@ RUN_DIR ?= runs/acl-quick
 
 .PHONY: setup demo test lint
 
-# One stamp per set of extras (RL=1, FROZEN=1, GPU=1 ask scripts/setup.sh for them): `FROZEN=1 make setup`
-# after a plain `make setup` installs the extra instead of finding the plain stamp up to date.
-EXTRAS := $(if $(filter 1,$(RL)),-rl)$(if $(filter 1,$(FROZEN)),-frozen)$(if $(filter 1,$(GPU)),-gpu)
+# One stamp per set of extras (RL=1, FROZEN=1, GPU=1, HF=1 ask scripts/setup.sh for them): `FROZEN=1 make
+# setup` after a plain `make setup` installs the extra instead of finding the plain stamp up to date.
+EXTRAS := $(if $(filter 1,$(RL)),-rl)$(if $(filter 1,$(FROZEN)),-frozen)$(if $(filter 1,$(GPU)),-gpu)$(if $(filter 1,$(HF)),-hf)
 STAMP := $(VENV)/.installed$(EXTRAS)
 
 $(STAMP): requirements.txt pyproject.toml scripts/setup.sh

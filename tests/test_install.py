@@ -73,13 +73,18 @@ def test_wheel_install_runs_the_smoke_preset_from_another_folder(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 @pytest.mark.parametrize(
     ("extras", "stamp"),
-    [({}, None), ({"FROZEN": "1"}, ".installed-frozen"), ({"RL": "1", "GPU": "1"}, ".installed-rl-gpu")],
+    [
+        ({}, None),
+        ({"FROZEN": "1"}, ".installed-frozen"),
+        ({"RL": "1", "GPU": "1"}, ".installed-rl-gpu"),
+        ({"HF": "1"}, ".installed-hf"),
+    ],
 )
 def test_make_setup_installs_an_extra_asked_for_after_a_plain_setup(tmp_path, extras, stamp):
     venv = tmp_path / "venv"
     venv.mkdir()
     (venv / ".installed").touch()  # a plain setup, newer than requirements.txt, pyproject.toml, setup.sh
-    env = {k: v for k, v in os.environ.items() if k not in ("RL", "FROZEN", "GPU", "MAKEFLAGS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RL", "FROZEN", "GPU", "HF", "MAKEFLAGS")}
     dry = subprocess.run(
         ["make", "-n", "-C", str(REPO), "setup", f"VENV={venv}"],
         env={**env, **extras},

@@ -28,6 +28,7 @@ FLOORS = {
     "models": 3,
     "rl": 3,
     "cl": 4,
+    "hf": 4,  # the Hugging Face models (optional extra): models + train's folder rules
     "recipes": 5,
     "cli": 6,
     "__main__": 7,

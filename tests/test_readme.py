@@ -19,6 +19,8 @@ def test_readme_has_the_layer_and_op_snippets():
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_snippet_runs(index, monkeypatch):
+    if "fastweights.hf" in BLOCKS[index]:  # the Hugging Face section needs the [hf] extra
+        pytest.importorskip("transformers")
     monkeypatch.chdir(README.parent)  # from the checkout's root, as a reader runs them (pretrained/…)
     code = compile(BLOCKS[index], f"{README}:python-block-{index + 1}", "exec")
     exec(code, {"__name__": f"readme_block_{index + 1}"})

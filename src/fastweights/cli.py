@@ -51,7 +51,7 @@ _COMPARE_EXAMPLES = {
     "rl": ("train.lr=6e-4,3e-4", "smoke,quick"),
 }
 _EXPORT_HELP = {
-    "lm": "config.json + model.safetensors (CausalLM.from_pretrained)",
+    "lm": "config.json + model.safetensors (CausalLM.from_pretrained; --format hf: a Hugging Face folder)",
 }
 
 
@@ -74,9 +74,17 @@ def _parser() -> argparse.ArgumentParser:
         what, preset, example = _RECIPE_HELP[name]
         verbs[name] = _add_recipe(recipes, name, what, compare_example=example, preset=preset)
         _add_config(verbs[name], name, preset)
-        _add_export(
+        ex = _add_export(
             verbs[name], _EXPORT_HELP.get(name, "slim copy of a run (model weights + config) for sharing")
         )
+        if name == "lm":
+            ex.add_argument(
+                "--format",
+                choices=["fastweights", "hf"],
+                default="fastweights",
+                help="fastweights: CausalLM.from_pretrained (default); hf: a Hugging Face folder for "
+                "AutoModelForCausalLM after `import fastweights.hf` (needs the [hf] extra)",
+            )
     _add_cl_baselines(recipes)
     cu = verbs["acl"].add_parser(
         "curves", help="plot validation accuracy vs wall-clock minutes of several runs"
@@ -115,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     ge.add_argument("--top-k", type=int, default=None)
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    co = verbs["lm"].add_parser(
+        "convert",
+        help="an `lm export` folder into a Hugging Face folder, or back (needs the [hf] extra)",
+    )
+    co.add_argument("src", type=Path, help="a CausalLM folder (`lm export`) or a Hugging Face folder")
+    co.add_argument("out_dir", type=Path, help="the folder to write, in the other format")
+    _add_force(co, "write into an OUT_DIR that holds other files")
     return p
 
 
@@ -302,12 +317,13 @@ def _add_train_eval(verbs: argparse._SubParsersAction, name: str, preset: str, *
     ev.add_argument("overrides", nargs="*", help=f"key=value overrides, e.g. {eval_example}")
 
 
-def _add_export(verbs: argparse._SubParsersAction, what: str) -> None:
+def _add_export(verbs: argparse._SubParsersAction, what: str) -> argparse.ArgumentParser:
     ex = verbs.add_parser("export", help=what)
     ex.add_argument("run_dir", type=Path)
     ex.add_argument("out_dir", type=Path)
     ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     _add_force(ex, "write into an OUT_DIR that holds a run (even RUN_DIR itself) or other files")
+    return ex
 
 
 def _add_force(parser: argparse.ArgumentParser, what: str) -> None:
@@ -469,13 +485,17 @@ def _run_recipe(args: argparse.Namespace) -> None:
         )
     elif args.verb == "stream":
         _run_acl_stream(args)
+    elif args.verb == "convert":
+        path, model_type = module.convert(args.src, args.out_dir, force=args.force)  # type: ignore[attr-defined]
+        print(f"converted {args.src} -> {path} (model_type {model_type})")
     elif args.verb == "budget":
         from fastweights.recipes.acl.budget import budget_report
 
         budget_report(args.run_dirs, args.out, force=args.force, command=command_line())
         print(f"budget curves of {len(args.run_dirs)} runs: {args.out / 'budget.md'}")
     elif args.verb == "export":
-        path = module.export(args.run_dir, args.out_dir, which=args.checkpoint, force=args.force)
+        formats = {"format": args.format} if hasattr(args, "format") else {}
+        path = module.export(args.run_dir, args.out_dir, which=args.checkpoint, force=args.force, **formats)
         size = f" ({path.stat().st_size / 1e6:.1f} MB)" if path.is_file() else ""
         print(f"exported {path}{size}")
     elif args.verb in ("train", "eval"):

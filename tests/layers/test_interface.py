@@ -102,6 +102,22 @@ def test_state_from_a_different_batch_size_is_rejected(name):
         layer(torch.randn(2, 4, D_MODEL, dtype=F64), state)
 
 
+@pytest.mark.parametrize("name", SEQUENCE_LAYERS)
+def test_select_state_picks_batch_rows(name):
+    """Row i of ``select_state(state, index)`` continues sequence ``index[i]`` exactly (beam search reorders
+    states this way)."""
+    layer = _layer(name)
+    x = torch.randn(3, 18, D_MODEL, dtype=F64)
+    index = torch.tensor([2, 0, 0, 1])
+    with torch.no_grad():
+        full, alone = layer(x[index])
+        _, state = layer(x[:, :9])
+        out, picked = layer(x[index, 9:], layer.select_state(state, index))
+    torch.testing.assert_close(out, full[:, 9:], rtol=0, atol=1e-10)
+    for a, b in zip(state_tensors(picked), state_tensors(alone), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("name", [n for n in SEQUENCE_LAYERS if n != "lstm"])
 def test_heads_must_divide_d_model(name):
     with pytest.raises(ValueError, match="d_model"):

@@ -330,3 +330,13 @@ class SequenceLayer(nn.Module):
         if isinstance(state, (tuple, list)):
             return type(state)(self.repeat_state(s, repeats) for s in state)
         raise TypeError(f"state: cannot repeat a state of type {type(state).__name__}")
+
+    def select_state(self, state: Any, index: Tensor) -> Any:
+        """The batch rows ``index`` (int64 ``[N]``, any order, repeats allowed) of ``state``: row ``i`` of the
+        result is row ``index[i]`` of ``state`` (e.g. reordering beams). Raises ``TypeError`` for a state of
+        another type."""
+        if isinstance(state, Tensor):
+            return state.index_select(0, index.to(state.device))
+        if isinstance(state, (tuple, list)):
+            return type(state)(self.select_state(s, index) for s in state)
+        raise TypeError(f"state: cannot select rows of a state of type {type(state).__name__}")

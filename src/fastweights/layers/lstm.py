@@ -149,3 +149,8 @@ class LSTMLayer(SequenceLayer):
         """Repeat every batch row of ``(h, c)`` ``repeats`` times along ``nn.LSTM``'s batch dim (1)."""
         h, c = state
         return torch.repeat_interleave(h, repeats, dim=1), torch.repeat_interleave(c, repeats, dim=1)
+
+    def select_state(self, state: Any, index: Tensor) -> Any:
+        """The batch rows ``index`` of ``(h, c)``, along ``nn.LSTM``'s batch dim (1)."""
+        h, c = state
+        return h.index_select(1, index.to(h.device)), c.index_select(1, index.to(c.device))

@@ -253,6 +253,13 @@ class _TTTBase(SequenceLayer):
             for key, val in state.items()
         }
 
+    def select_state(self, state: Any, index: Tensor) -> Any:
+        """The batch rows ``index`` of the state dict (the offset is shared)."""
+        return {
+            key: val.index_select(0, index.to(val.device)) if isinstance(val, Tensor) else val
+            for key, val in state.items()
+        }
+
 
 _LAYER_DOC = """
 

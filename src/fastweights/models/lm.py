@@ -92,6 +92,7 @@ _TYPED_OPTIONS = {
 _TTT_LAYERS = ("ttt_linear", "ttt_mlp")
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 MODEL_TYPE = "fastweights_lm"
+HF_MODEL_TYPE = "fastweights"  # the same model as a Hugging Face folder (fastweights.hf, the [hf] extra)
 
 
 @dataclass

@@ -4,11 +4,13 @@
 ``train`` → ``run_dir/{config.yaml, command.txt, metrics.jsonl, tensorboard/, checkpoints/}``;
 ``evaluate`` → ``results.json``, ``report.md``, ``plots/loss_by_position_{valid,test}.png`` (bits per
 byte by token position: does the loss keep falling later in the context?); ``generate`` samples text;
-``export`` writes a ``save_pretrained`` folder.
+``export`` writes a ``save_pretrained`` folder or a Hugging Face one (``--format hf``), ``convert`` turns
+one into the other.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from fastweights.data.sources.text import (
     split_corpus,
 )
 from fastweights.io import atomic_save_figure, atomic_write_text
-from fastweights.models.lm import CausalLM, generate
+from fastweights.models.lm import HF_MODEL_TYPE, CausalLM, generate
 from fastweights.recipes.compare import Score
 from fastweights.recipes.contract import RECIPE_MEMBERS, Selection
 from fastweights.recipes.lm.config import LMRecipeConfig
@@ -40,6 +42,7 @@ from fastweights.train.schedules import warmup_cosine
 
 __all__ = [
     *RECIPE_MEMBERS,
+    "convert",
     "generate_text",
     "load_splits",
     "position_losses",
@@ -52,6 +55,7 @@ SELECTION = Selection(  # the best checkpoint: validation bits per byte
     "val_bpb", minimize=True, data="the corpus's validation cut (disjoint from the test cut)"
 )
 MODEL_KEY = "model.sequence_layer"  # what `compare` varies
+EXPORT_FORMATS = ("fastweights", "hf")  # `lm export --format`: CausalLM folder, Hugging Face folder
 MAX_NEW_TOKENS = 100_000  # `lm generate` cap: decoding is one step per byte (minutes per 100k on a CPU)
 LN2 = math.log(2.0)
 
@@ -326,8 +330,14 @@ def plot_comparison(results: dict[str, dict[str, Any]], run_root: Path) -> None:
 
 
 def _load_any(path: Path, which: str) -> tuple[CausalLM, torch.device]:
-    """A model from a run folder (``config.yaml``) or a ``save_pretrained`` folder (``config.json``)."""
+    """A model from a run folder (``config.yaml``), a ``save_pretrained`` folder (``config.json``) or a
+    Hugging Face folder of ``fastweights.hf`` (``config.json`` with ``"model_type": "fastweights"``; needs
+    the ``[hf]`` extra)."""
     if (path / "config.json").exists() and not (path / "config.yaml").exists():
+        if _is_hf_folder(path):
+            from fastweights.hf.convert import load_causal_lm
+
+            return load_causal_lm(path), torch.device("cpu")
         model = CausalLM.from_pretrained(path)
         return model, torch.device("cpu")
     if not (path / "config.yaml").exists():
@@ -337,6 +347,16 @@ def _load_any(path: Path, which: str) -> tuple[CausalLM, torch.device]:
         )
     _, _, model, device = load_trained(path, LMRecipeConfig, build_model, which)
     return model, device
+
+
+def _is_hf_folder(path: Path) -> bool:
+    """Whether ``path/config.json`` is a Hugging Face config of ``fastweights.hf`` (read as JSON; a file
+    that is not is left to ``CausalLM.from_pretrained``'s error)."""
+    try:
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(raw, dict) and raw.get("model_type") == HF_MODEL_TYPE
 
 
 def generate_text(
@@ -381,21 +401,42 @@ def generate_text(
     return decode(out[0].cpu())
 
 
-def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False) -> Path:
-    """Write the ``which`` checkpoint's model as ``config.json`` + ``model.safetensors`` in ``out_dir``
-    (loadable with :meth:`CausalLM.from_pretrained`) and a ``README.md`` model card
-    (:func:`~fastweights.train.model_files.model_card`). ``out_dir`` must be new or empty (``force``:
-    write into it anyway); it is locked while written.
+def export(
+    run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = False, format: str = "fastweights"
+) -> Path:
+    """Write the ``which`` checkpoint's model into ``out_dir`` with a ``README.md`` model card
+    (:func:`~fastweights.train.model_files.model_card`): ``format="fastweights"`` writes ``config.json`` +
+    ``model.safetensors`` (loadable with :meth:`CausalLM.from_pretrained`), ``format="hf"`` a Hugging Face
+    folder (``config.json``, ``generation_config.json``, ``model.safetensors``: ``AutoModelForCausalLM``
+    after ``import fastweights.hf``; needs the ``[hf]`` extra). ``out_dir`` must be new or empty
+    (``force``: write into it anyway); it is locked while written.
 
     Raises:
         FileNotFoundError: if ``run_dir`` has no ``config.yaml`` or no such checkpoint.
+        ValueError: for another ``format``.
+        ImportError: for ``format="hf"`` without ``transformers``.
         RunFolderError: if ``out_dir`` holds a run or other files (without ``force``), another process
             holds it, or the checkpoint is damaged.
     """
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"--format: expected one of {EXPORT_FORMATS}, got {format!r}")
+    if format == "hf":
+        from fastweights.hf import FastweightsForCausalLM  # before any file is written
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     with output_folder(out_dir, source=run_dir, force=force, purpose="export"):
         cfg, state, model, _ = load_trained(run_dir, LMRecipeConfig, build_model, which)
-        model.cpu().save_pretrained(out_dir)
+        if format == "hf":
+            FastweightsForCausalLM.from_causal_lm(model.cpu()).save_pretrained(out_dir)
+            files = (
+                "`model.safetensors` (weights), `config.json` and `generation_config.json` (the Hugging Face "
+                "config: `AutoModelForCausalLM.from_pretrained(FOLDER)` after `import fastweights.hf`)"
+            )
+        else:
+            model.cpu().save_pretrained(out_dir)
+            files = (
+                "`model.safetensors` (weights), `config.json` (the model config: "
+                "`CausalLM.from_pretrained(FOLDER)`)"
+            )
         card = model_card(
             recipe=NAME,
             cfg=cfg,
@@ -405,12 +446,26 @@ def export(run_dir: Path, out_dir: Path, *, which: str = "best", force: bool = F
             source_dir=run_dir,
             headline=headline,
             sections=[],
-            files="`model.safetensors` (weights), `config.json` (the model config: "
-            "`CausalLM.from_pretrained(FOLDER)`)",
+            files=files,
             own=False,
         )
         atomic_write_text(out_dir / CARD_FILE, card)
     return out_dir
+
+
+def convert(src: Path, out_dir: Path, *, force: bool = False) -> tuple[Path, str]:
+    """``lm convert``: an ``lm export`` (``CausalLM``) folder into a Hugging Face folder, or a Hugging Face
+    folder into a ``CausalLM`` folder (:func:`fastweights.hf.convert.convert_folder`; needs the ``[hf]``
+    extra); returns ``(out_dir, "fastweights" | "fastweights_lm")``, the model type written.
+
+    Raises:
+        ImportError: without ``transformers``.
+        FileNotFoundError, ValueError, RunFolderError: a missing, damaged or foreign ``src``; an
+            ``out_dir`` that is ``src`` or holds other files (without ``force``).
+    """
+    from fastweights.hf.convert import convert_folder
+
+    return convert_folder(src, out_dir, force=force)
 
 
 def summary(results: dict[str, Any]) -> str:
