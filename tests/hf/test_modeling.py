@@ -171,15 +171,31 @@ def test_an_all_ones_attention_mask_runs_the_batch_as_it_is():
     )
 
 
-def test_a_padded_batch_is_refused_with_a_clear_error():
-    _, hf = _pair("ttt_linear")
-    ids = _ids()
+@pytest.mark.parametrize(("layer", "backbone"), LAYERS, ids=IDS)
+def test_a_padded_batch_equals_its_rows_run_alone(layer, backbone):
+    """Left and right padding: logits at the real tokens equal each row's unpadded run (zeros at pads)."""
+    lm, hf = _pair(layer, backbone)
+    ids = _ids(t=9)
     mask = torch.ones_like(ids)
     mask[0, :3] = 0  # left padding
-    with pytest.raises(ValueError, match="padded batches .* need attention_mask support in CausalLM.forward"):
-        hf(ids, attention_mask=mask)
-    with pytest.raises(ValueError, match="padded batches"):
-        hf.generate(ids, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    mask[1, 7:] = 0  # right padding
+    with torch.no_grad():
+        out = hf(ids, attention_mask=mask).logits
+        alone = [lm(ids[0:1, 3:])[0][0], lm(ids[1:2, :7])[0][0]]
+    torch.testing.assert_close(out[0, 3:], alone[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(out[1, :7], alone[1], rtol=0, atol=1e-5)
+    assert bool((out[0, :3] == 0).all()) and bool((out[1, 7:] == 0).all())
+
+
+@pytest.mark.parametrize(("layer", "backbone"), LAYERS, ids=IDS)
+def test_batched_generate_with_left_padding_equals_one_prompt_at_a_time(layer, backbone):
+    lm, hf = _pair(layer, backbone)
+    ids = _ids(t=7)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # the second prompt is 4 tokens, left-padded
+    out = hf.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False)
+    assert torch.equal(out[0], generate(lm, ids[0:1], 5, temperature=0)[0])
+    assert torch.equal(out[1, 3:], generate(lm, ids[1:2, 3:], 5, temperature=0)[0])
 
 
 @pytest.mark.parametrize(

@@ -222,20 +222,10 @@ class FastweightsForCausalLM(FastweightsPreTrainedModel, GenerationMixin):
     def _lm_forward(
         self, input_ids: Tensor, lm_cache: LMCache | None, token_mask: Tensor | None
     ) -> tuple[Tensor, LMCache]:
-        """One ``CausalLM.forward`` call. ``token_mask`` is ``None`` for a batch without padding, else the
-        0/1 mask ``[B, T]`` of ``input_ids``.
-
-        Raises:
-            ValueError: for a padded batch (``token_mask`` given): ``CausalLM.forward`` takes no
-                ``attention_mask``.
-        """
-        if token_mask is not None:
-            raise ValueError(
-                "attention_mask: padded batches (a 0 in attention_mask) need attention_mask support in "
-                "CausalLM.forward, which this version lacks; run sequences of equal length without padding, "
-                "or one at a time"
-            )
-        return self._causal_lm()(input_ids, lm_cache)
+        """One ``CausalLM.forward`` call. ``token_mask`` is ``None`` when the current tokens hold no
+        padding, else the 0/1 mask ``[B, T]`` of ``input_ids`` (left or right padding; see
+        :meth:`CausalLM.forward`: logits are zero at padding and the states skip it)."""
+        return self._causal_lm()(input_ids, lm_cache, attention_mask=token_mask)
 
     @classmethod
     def from_causal_lm(cls, model: CausalLM, **config_kwargs: Any) -> FastweightsForCausalLM:
@@ -264,8 +254,8 @@ class FastweightsForCausalLM(FastweightsPreTrainedModel, GenerationMixin):
 
 
 def _token_mask(attention_mask: Tensor | None, input_ids: Tensor, past: int) -> Tensor | None:
-    """``None`` when ``attention_mask`` pads nothing (``None`` or all ones), else its columns of the
-    current tokens, ``[B, T]``.
+    """``None`` when ``attention_mask`` pads none of the current tokens (``None``, or ones in its last
+    ``T`` columns: earlier padding is already in the layers' states), else those columns, ``[B, T]``.
 
     Raises:
         ValueError: unless ``attention_mask`` is ``[B, T]`` or ``[B, past + T]`` of 0/1 values.
@@ -291,9 +281,10 @@ def _token_mask(attention_mask: Tensor | None, input_ids: Tensor, past: int) -> 
         )
     if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError("attention_mask: expected 0/1 values (1 = a real token, 0 = padding)")
-    if bool((attention_mask == 1).all()):
+    current = attention_mask[:, -t:]
+    if bool((current == 1).all()):
         return None
-    return attention_mask[:, -t:]
+    return current
 
 
 def shifted_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:

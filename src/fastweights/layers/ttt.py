@@ -254,7 +254,8 @@ class _TTTBase(SequenceLayer):
         }
 
     def select_state(self, state: Any, index: Tensor) -> Any:
-        """The batch rows ``index`` of the state dict (the offset is shared)."""
+        """The batch rows ``index`` of the state dict (an int offset is shared, a per-row offset tensor
+        selected)."""
         return {
             key: val.index_select(0, index.to(val.device)) if isinstance(val, Tensor) else val
             for key, val in state.items()
