@@ -50,6 +50,12 @@ def test_export_format_hf_loads_through_auto_model_and_generates(run, tmp_path, 
     # the same tokens as the library's greedy decoding of the same checkpoint
     assert main(["lm", "export", str(run), str(tmp_path / "lm")]) == 0
     assert torch.equal(out, generate(CausalLM.from_pretrained(tmp_path / "lm"), prompt, 8, temperature=0))
+    # batched with left padding: each prompt gets the tokens it gets alone
+    batch = torch.tensor([list(b"xand the"), [0, 0, 0] + list(b"the f")])
+    mask = torch.tensor([[1] * 8, [0, 0, 0] + [1] * 5])
+    both = model.generate(batch, attention_mask=mask, max_new_tokens=8, do_sample=False)
+    assert torch.equal(both[0], model.generate(batch[:1], max_new_tokens=8, do_sample=False)[0])
+    assert torch.equal(both[1, 3:], model.generate(batch[1:, 3:], max_new_tokens=8, do_sample=False)[0])
     greedy = lm.generate_text(run, "and the", 8, temperature=0)
     assert (
         lm.generate_text(tmp_path / "hf", "and the", 8, temperature=0) == greedy
