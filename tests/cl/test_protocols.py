@@ -196,3 +196,22 @@ def test_task_sequence_with_context_replay_is_reproducible_and_leaves_the_first_
     np.testing.assert_array_equal(
         pairs["A|A"], evaluate_task_pairs(model, sampler, episodes=2, n_way=2, k_shot=2)["A|A"]
     )
+
+
+def test_a_fixed_view_is_reproducible_and_a_random_one_is_refused():
+    from fastweights.data.task_augment import TaskAugment
+
+    model, sampler = _model(), EpisodeSampler(_pool())
+    kw = dict(episodes=6, n_way=3, k_shot=2, n_query=1, batch_size=4, seed=2)
+    view = TaskAugment(low_res=1.0, low_res_size=4)
+    plain = evaluate_task_sequence(model, [sampler], order=[0, 0], **kw)
+    again = evaluate_task_sequence(model, [sampler], order=[0, 0], **kw, view=None)
+    assert np.array_equal(plain, again, equal_nan=True)
+    seen = evaluate_task_sequence(model, [sampler], order=[0, 0], **kw, view=view)
+    assert np.array_equal(seen, evaluate_task_sequence(model, [sampler], order=[0, 0], **kw, view=view), True)
+    assert not np.array_equal(seen, plain, equal_nan=True)  # random 16x16 noise does not survive 4x4 pixels
+    pairs = evaluate_task_pairs(model, sampler, **kw, view=view)
+    assert pairs.keys() == evaluate_task_pairs(model, sampler, **kw).keys()
+    for fn, args in ((evaluate_task_sequence, {"order": [0, 0]}), (evaluate_task_pairs, {})):
+        with pytest.raises(ValueError, match="view: expected probabilities 0 or 1"):
+            fn(model, [sampler] if args else sampler, **args, **kw, view=TaskAugment(low_res=0.5))

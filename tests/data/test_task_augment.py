@@ -121,3 +121,18 @@ def test_deterministic_from_the_stream():
 def test_bad_settings_name_the_field(kwargs, name):
     with pytest.raises(ValueError, match=name):
         TaskAugment(**kwargs)
+
+
+def test_fixed_views_draw_nothing_and_show_every_task():
+    """Probability 1 (meta-validation's fixed views, ``train.val_views``): no draw from the stream, so
+    the episodes after it are those of a run without the view; every task is changed."""
+    batches = _episodes(rgb=True)
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    out = TaskAugment(grayscale=1.0, low_res=1.0, low_res_size=4).apply(batches, rng, channels=3)
+    assert rng.bit_generator.state == state
+    for before, after in zip(batches, out, strict=True):
+        assert _is_gray(after.support_images).all() and _is_gray(after.query_images).all()
+        expected = to_low_res(to_grayscale(before.support_images), 4)
+        assert np.array_equal(after.support_images, expected)
+        assert np.array_equal(after.support_labels, before.support_labels)

@@ -42,10 +42,17 @@ def test_objective_and_paired_difference_match_the_recorded_runs(tmp_path, capsy
 def test_only_seeds_every_arm_has(tmp_path):
     out = tmp_path / "t.md"
     # SR-DeltaNet at lr 1e-3 was evaluated for seed 0 only
-    assert _script().main(
-        [f"A={EVIDENCE}/srwm/lr=3e-3/seed{{seed}}", f"B={EVIDENCE}/sr_deltanet-qk30/lr=1e-3/seed{{seed}}",
-         "--out", str(out)]
-    ) == 0
+    assert (
+        _script().main(
+            [
+                f"A={EVIDENCE}/srwm/lr=3e-3/seed{{seed}}",
+                f"B={EVIDENCE}/sr_deltanet-qk30/lr=1e-3/seed{{seed}}",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "Training seeds: 0 (n = 1)" in out.read_text()
 
 

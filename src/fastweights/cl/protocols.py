@@ -29,6 +29,7 @@ from fastweights.cl.metrics import mean_ci95
 from fastweights.cl.objective import sequence_query_logits
 from fastweights.cl.tasks import TaskTensors, sample_task_sequences
 from fastweights.data.episodes import EpisodeSampler
+from fastweights.data.task_augment import TaskAugment
 from fastweights.models.in_context import InContextClassifier
 from fastweights.train.modes import eval_mode
 
@@ -40,6 +41,14 @@ __all__ = [
 
 
 FORGETTING_KEYS = ("A|A", "B|A->B", "A|A->B", "B|B", "A|B->A", "B|B->A")
+
+
+def _check_view(view: TaskAugment | None) -> None:
+    if view is not None and any(0 < p < 1 for p in (view.grayscale, view.low_res)):
+        raise ValueError(
+            "view: expected probabilities 0 or 1 (a fixed view of every task), "
+            f"given grayscale={view.grayscale}, low_res={view.low_res}"
+        )
 
 
 def _check_counts(episodes: int, batch_size: int) -> None:
@@ -93,6 +102,7 @@ def evaluate_task_pairs(
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
     replay: ContextReplay | None = None,
+    view: TaskAugment | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-episode accuracies of two-task sequences (A then B, and B then A when ``reverse``; ACL paper
     §4.1; queries only, nothing re-learned).
@@ -103,16 +113,19 @@ def evaluate_task_pairs(
     sampled with :func:`~fastweights.cl.tasks.sample_task_sequences`. The reverse order reuses the
     same episodes. Predictions are the argmax over all the model's outputs. Episodes are reproducible
     for ``seed``. ``replay``: the second task is read with the first's stored demonstrations
-    (``None``: off).
+    (``None``: off). ``view``: every task shown in this view (probabilities 0 or 1, e.g.
+    ``TaskAugment(grayscale=1)``: the same episodes, seen differently; ``None``: as drawn).
 
     Returns:
         ``{key: float64 [episodes]}`` for the keys of :data:`FORGETTING_KEYS` (first three only when
         ``reverse`` is False); ``"A|A"`` is the plain few-shot accuracy.
 
     Raises:
-        ValueError: if ``episodes`` or ``batch_size`` is below 1, or from the sampling (a pool too
-            small for two tasks, a label space too small or larger than the model's outputs).
+        ValueError: if ``episodes`` or ``batch_size`` is below 1, ``view`` has a probability in (0, 1),
+            or from the sampling (a pool too small for two tasks, a label space too small or larger
+            than the model's outputs).
     """
+    _check_view(view)
     samplers = [sampler] if sampler_b is None else [sampler, sampler_b]
     order = [0, 0] if sampler_b is None else [0, 1]
     out: dict[str, list[np.ndarray]] = {k: [] for k in FORGETTING_KEYS[: 6 if reverse else 3]}
@@ -129,6 +142,7 @@ def evaluate_task_pairs(
         n_query=n_query,
         label_space=label_space,
         device=device,
+        augment=view,
     )
     generator = replay_generator(seed) if replay is not None else None
     for _, (a, bb) in batches:
@@ -161,6 +175,7 @@ def evaluate_task_sequence(
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
     replay: ContextReplay | None = None,
+    view: TaskAugment | None = None,
 ) -> np.ndarray:
     """Accuracy matrices of ``len(order)``-task sequences learned in context (ACL paper §4.3: the 5-task
     meta-validation and report; queries only, nothing re-learned).
@@ -173,6 +188,7 @@ def evaluate_task_sequence(
     (:func:`~fastweights.cl.objective.sequence_query_logits`); predictions are the argmax over all
     the model's outputs, targets the (class-incremental: shifted) labels. Reproducible for ``seed``.
     ``replay``: tasks ``i >= 1`` read with the stored demonstrations of tasks ``< i`` (``None``: off).
+    ``view``: as in :func:`evaluate_task_pairs`.
 
     Returns:
         float64 ``R [episodes, T, T]``, ``T = len(order)``: ``R[e, i, j]`` the fraction of task ``j``'s
@@ -180,10 +196,12 @@ def evaluate_task_sequence(
         (``j <= i``; NaN for ``j > i``). The mean of row ``T - 1`` is the 5-task selection measure.
 
     Raises:
-        ValueError: if ``episodes`` or ``batch_size`` is below 1, or from the sampling (bad ``order``,
+        ValueError: if ``episodes`` or ``batch_size`` is below 1, ``view`` has a probability in (0, 1),
+            or from the sampling (bad ``order``,
             ``scenario`` or label space, pools too small).
     """
     _check_counts(episodes, batch_size)
+    _check_view(view)
     if n_query < 1:
         raise ValueError(f"n_query: expected >= 1 query per class, got {n_query}")
     num = len(order)
@@ -202,6 +220,7 @@ def evaluate_task_sequence(
         label_space=label_space,
         scenario=scenario,
         device=device,
+        augment=view,
     )
     generator = replay_generator(seed) if replay is not None else None
     for done, tasks in batches:

@@ -56,8 +56,9 @@ class TaskAugment:
             model's image size.
         low_res_size: side of the low-resolution view in pixels (8: scikit-learn's digits).
 
-    Draws come from the episode-sampling stream and only for a probability above 0, so with both at 0
-    (the default) the episodes are exactly those of a run without augmentation.
+    Draws come from the episode-sampling stream and only for a probability strictly between 0 and 1, so
+    with both at 0 (the default) the episodes are exactly those of a run without augmentation, and a
+    probability of 1 (a fixed view: ``train.val_views``) shows the same episodes as without it.
 
     Raises:
         ValueError: for a probability outside [0, 1] or a ``low_res_size`` below 2.
@@ -71,6 +72,16 @@ class TaskAugment:
         check_real("grayscale", self.grayscale, low=0.0, high=1.0)
         check_real("low_res", self.low_res, low=0.0, high=1.0)
         check_int("low_res_size", self.low_res_size, low=2)
+
+    @staticmethod
+    def _mask(p: float, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray | None:
+        """Which ``(sequence, task)`` pairs get a view of probability ``p``: ``None`` at 0, all at 1
+        (no draw: a fixed view, e.g. meta-validation's), else ``rng.random(shape) < p``."""
+        if p <= 0:
+            return None
+        if p >= 1:
+            return np.ones(shape, dtype=bool)
+        return rng.random(shape) < p
 
     @property
     def active(self) -> bool:
@@ -86,7 +97,7 @@ class TaskAugment:
         Args:
             batches: one :class:`EpisodeBatch` per task position (batch size ``B``), as
                 :meth:`~fastweights.data.episodes.EpisodeSampler.sample` returns.
-            rng: the episode-sampling stream; draws ``[B, T]`` uniforms per active view.
+            rng: the episode-sampling stream; draws ``[B, T]`` uniforms per view of probability in (0, 1).
             channels: the pool's channels (1: images ``[B, n, S, S]``; 3: ``[B, n, 3, S, S]``).
 
         Returns:
@@ -95,8 +106,8 @@ class TaskAugment:
         if not self.active or not batches:
             return batches
         b, t = batches[0].batch_size, len(batches)
-        gray = rng.random((b, t)) < self.grayscale if self.grayscale > 0 and channels == 3 else None
-        low = rng.random((b, t)) < self.low_res if self.low_res > 0 else None
+        gray = self._mask(self.grayscale, rng, (b, t)) if channels == 3 else None
+        low = self._mask(self.low_res, rng, (b, t))
 
         def view(images: np.ndarray | None, i: int) -> np.ndarray | None:
             if images is None:

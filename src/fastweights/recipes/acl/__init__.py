@@ -28,6 +28,7 @@ from fastweights.cl.protocols import evaluate_task_pairs, evaluate_task_sequence
 from fastweights.cl.tasks import TaskSource
 from fastweights.data.episodes import EpisodeSampler
 from fastweights.data.sources.base import ClassPool
+from fastweights.data.task_augment import TaskAugment
 from fastweights.io import read_jsonl
 from fastweights.models.classifier_config import build_classifier
 from fastweights.models.in_context import InContextClassifier
@@ -100,6 +101,8 @@ def selection_data(cfg: ACLConfig) -> str:
         )
     if not t.acl_loss:
         what += " (the score leaves out the backward-transfer terms: train.acl_loss false)"
+    if list(t.val_views) != ["original"]:
+        what += f", each episode in the views {', '.join(t.val_views)} (the objective their mean)"
     if t.context_replay_per_class:
         what += (
             f", read with in-context replay ({t.context_replay_per_class} stored demonstrations per class, "
@@ -152,8 +155,31 @@ def _validate(
     then B from it); otherwise ``train.num_tasks``-task sequences in the domain orders of training's first
     two steps, scored by the mean accuracy over all tasks after the last one (the reference's Split-MNIST
     selection criterion, on meta-validation classes instead of MNIST training images). ``replay``: the
-    in-context replay of training (part of the learner, so checkpoints are selected like for like)."""
-    common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device, replay=replay)
+    in-context replay of training (part of the learner, so checkpoints are selected like for like).
+    ``train.val_views`` other than ``["original"]``: the same episodes once per view, ``val_objective``
+    (and ``val_acc``) the mean over views, each view's objective as ``val_objective[VIEW]``."""
+    if list(t.val_views) == ["original"]:
+        return _validate_view(model, samplers, t, episodes, device, replay, None)
+    per = {
+        v: _validate_view(model, samplers, t, episodes, device, replay, t.val_view(v)) for v in t.val_views
+    }
+    out = {f"{k}[{v}]": x for v, d in per.items() for k, x in d.items()}
+    for k in per[t.val_views[0]]:
+        out[k] = float(np.mean([d[k] for d in per.values()]))
+    return out
+
+
+def _validate_view(
+    model: InContextClassifier,
+    samplers: list[EpisodeSampler],
+    t: ACLTrainConfig,
+    episodes: int,
+    device: Any,
+    replay: ContextReplay | None,
+    view: TaskAugment | None,
+) -> dict[str, float]:
+    """:func:`_validate` in one fixed view (``None``: the original images)."""
+    common = dict(n_way=t.n_way, k_shot=t.k_shot, n_query=t.n_query, device=device, replay=replay, view=view)
     if t.num_tasks == 2 and t.scenario == "domain":
         two = len(samplers) > 1
         accs = evaluate_task_pairs(

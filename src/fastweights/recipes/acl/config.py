@@ -38,6 +38,7 @@ MINI_DATASETS = ("digits", "fashion_mnist", "font_letters", "emoji", "colour_dig
 #: (needs ``data.mnist_dir``)
 SPLIT_BENCHMARKS = ("digits", "fashion_mnist", "emoji", "mnist")
 MINI_BENCHMARK_NAMES = tuple(MINI_BENCHMARKS)  # eval.mini_benchmarks
+VAL_VIEWS = ("original", "grayscale", "low_res")  # train.val_views
 
 
 @dataclass
@@ -103,9 +104,17 @@ class ACLTrainConfig(OptimConfig):
     #: "before": the stored demonstrations first, then the task's; "mixed": shuffled together (per step
     #: from a stream seeded by train.seed and the step, so resuming continues it exactly)
     context_replay_order: str = "mixed"
+    #: the views meta-validation shows every task in ("original"; "grayscale": RGB domains in BT.601 luma;
+    #: "low_res": at train.augment.low_res_size pixels, enlarged back): the same fixed episodes once per
+    #: view, ``val_objective`` their mean, so a choice of training views is judged on meta-validation
+    #: classes seen as the test benchmarks look, never on test data
+    val_views: list[str] = field(default_factory=lambda: ["original"])
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_choices("val_views", self.val_views, VAL_VIEWS)
+        if len(set(self.val_views)) != len(self.val_views):
+            raise ValueError(f"val_views: expected distinct views, given {list(self.val_views)}")
         check_ints(self, ("n_way", "k_shot", "n_query", "num_tasks"))
         check_int("context_replay_per_class", self.context_replay_per_class, low=0)
         check_choice("context_replay_order", self.context_replay_order, REPLAY_ORDERS)
@@ -113,6 +122,14 @@ class ACLTrainConfig(OptimConfig):
         check_choice("scenario", self.scenario, SCENARIOS)
         check_choice("sequence_domains", self.sequence_domains, ("alternate", "single"))
         check_real("online_weight", self.online_weight, 0)
+
+    def val_view(self, name: str) -> TaskAugment | None:
+        """The fixed view ``name`` of :data:`VAL_VIEWS` (``None`` for ``"original"``)."""
+        if name == "original":
+            return None
+        if name == "grayscale":
+            return TaskAugment(grayscale=1.0)
+        return TaskAugment(low_res=1.0, low_res_size=self.augment.low_res_size)
 
 
 @dataclass
