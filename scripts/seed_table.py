@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python scripts/seed_table.py \
         SRWM=runs/acl-lr-grid/srwm/lr=3e-3/seed{seed} DeltaNet=runs/acl-lr-grid/deltanet/lr=1e-3/seed{seed} \
-        [--seeds 0,1,2] [--digits 1] [--out table.md]
+        [--seeds 0,1,2] [--out table.md]
 
 Each ``LABEL=PATTERN`` names an arm; ``{seed}`` in the pattern is replaced by each seed. A run folder
 counts when it holds ``results.json`` (``fastweights acl eval``); its numbers are the recipe's headline
@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from fastweights.io import read_jsonl
 from fastweights.recipes.acl import headline
 from fastweights.recipes.compare import Score, parse_seeds, seed_markdown, summarize_seeds
 
@@ -34,11 +35,7 @@ def best_objective(run: Path) -> float:
         ValueError: naming the file when it has no ``val_objective``.
     """
     path = run / "metrics.jsonl"
-    values = [
-        json.loads(line)["val_objective"]
-        for line in path.read_text().splitlines()
-        if line.strip() and "val_objective" in json.loads(line)
-    ]
+    values = [r["val_objective"] for r in read_jsonl(path) if "val_objective" in r]
     if not values:
         raise ValueError(f"{path}: expected lines with val_objective, found none")
     return 100 * max(values)
